@@ -1,0 +1,13 @@
+#include "common/base/env.h"
+
+#include <cstdlib>
+
+namespace moe {
+
+std::optional<std::string> GetEnv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace moe

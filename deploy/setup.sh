@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every dependency (Debian packages, PyPI packages) and builds
+# moestream into build/ (Release). Idempotent; safe to re-run.
+#   deploy/setup.sh [--sanitize]   (--sanitize builds build-asan/ with ASan+UBSan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git python3 python3-pip
+  libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libpcre2-dev prometheus-cpp-dev libcpp-httplib-dev curl
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Python packages used by the default test path (no torch here: oracle and
+# training scripts have their own requirements files and are run by hand).
+PY=${PYTHON:-python3}
+if ! $PY -c "import numpy, safetensors, ml_dtypes, jinja2" 2>/dev/null; then
+  echo "[setup] pip install -r deploy/requirements-test.txt"
+  $PY -m pip install -q -r deploy/requirements-test.txt
+fi
+
+BUILD_DIR=build
+EXTRA=()
+if [ "${1:-}" = "--sanitize" ]; then
+  BUILD_DIR=build-asan
+  EXTRA=(-DMOE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_BUILD_BENCH=OFF)
+fi
+JOBS=${JOBS:-$(nproc)}
+cmake -S "$ROOT" -B "$ROOT/$BUILD_DIR" -G Ninja -DPython3_EXECUTABLE="$(command -v $PY)" "${EXTRA[@]}" >/dev/null
+if [ "${1:-}" = "--sanitize" ]; then
+  cmake --build "$ROOT/$BUILD_DIR" --target unit_tests -j "$JOBS"
+else
+  cmake --build "$ROOT/$BUILD_DIR" -j "$JOBS"
+fi
+echo "[setup] built $ROOT/$BUILD_DIR"
