@@ -410,7 +410,7 @@ absl::Status SafetensorsReader::Fp8RowsF32(const TensorInfo& t, const TensorInfo
     return absl::DataLossError(absl::StrCat(files_[scale.file].info.path, ": scale tensor '", scale.name,
                                             "' does not match '", t.name, "' (want float [", sr, ", ", sc, "])"));
   }
-  if (row_begin == row_end) return absl::OkStatus();
+  if (row_begin == row_end || cols == 0) return absl::OkStatus();
   const int64_t block_first = row_begin / kFp8BlockSize;
   const int64_t block_last = (row_end - 1) / kFp8BlockSize;
   std::vector<float> s(static_cast<size_t>((block_last - block_first + 1) * sc));
