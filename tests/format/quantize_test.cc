@@ -36,7 +36,7 @@ const Cases& LoadCases() {
   return *cases;
 }
 
-TEST(QuantizeTest, MatchesNumpyReferenceByteForByte) {
+TEST(FormatQuantizeTest, MatchesNumpyReferenceByteForByte) {
   const Cases& c = LoadCases();
   ASSERT_FALSE(c.blob.empty());
   int compared = 0;
@@ -93,7 +93,7 @@ TEST(QuantizeTest, MatchesNumpyReferenceByteForByte) {
   EXPECT_GT(compared, 100);
 }
 
-TEST(QuantizeTest, DecodesEveryCodeIncludingMinusQmaxMinusOne) {
+TEST(FormatQuantizeTest, DecodesEveryCodeIncludingMinusQmaxMinusOne) {
   // int4: byte j holds codes (j & 15) low and (j >> 4) high; 256 bytes cover every pair.
   std::vector<uint8_t> data(256);
   for (int j = 0; j < 256; ++j) data[j] = static_cast<uint8_t>(j);
@@ -115,7 +115,7 @@ TEST(QuantizeTest, DecodesEveryCodeIncludingMinusQmaxMinusOne) {
   EXPECT_EQ(out8[128], -64.0f);  // -128 * 0.5: the -qmax-1 code
 }
 
-TEST(QuantizeTest, ClampsAndSaturatesAtQmax) {
+TEST(FormatQuantizeTest, ClampsAndSaturatesAtQmax) {
   // A row whose absmax is positive maps exactly to +qmax; the most negative
   // value that fits maps to -qmax (never -qmax-1 for finite input).
   const float w[4] = {3.0f, -3.0f, 1.5f, 0.0f};
@@ -128,7 +128,7 @@ TEST(QuantizeTest, ClampsAndSaturatesAtQmax) {
   EXPECT_EQ(s, 3.0f / 127.0f);
 }
 
-TEST(QuantizeTest, RejectsNonFiniteWithPosition) {
+TEST(FormatQuantizeTest, RejectsNonFiniteWithPosition) {
   std::vector<float> w(3 * 70, 1.0f);
   w[2 * 70 + 65] = NAN;
   std::vector<uint8_t> d(DataBytes(QFormat::kQ4G64, 3, 70));
@@ -139,7 +139,7 @@ TEST(QuantizeTest, RejectsNonFiniteWithPosition) {
             "t.w: non-finite value at row 2, column 65 cannot be quantized to q4_g64");
 }
 
-TEST(QuantizeTest, Bf16RoundsToNearestEven) {
+TEST(FormatQuantizeTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(F32ToBF16(1.0f), 0x3F80);
   uint32_t u = 0x3F808000;  // halfway, even below -> stays
   float v;
