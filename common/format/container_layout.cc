@@ -149,7 +149,7 @@ absl::StatusOr<std::string> RenderHeader(ShardLayout* l) {
   uint64_t pos = 0;
   int npad = 0;
   auto pad = [&](uint64_t begin, uint64_t end) {
-    h[absl::StrCat(AV(kPadTensorPrefix), npad++)] = {
+    h[absl::StrCat(l->pad_prefix, npad++)] = {
         {"dtype", "U8"}, {"shape", {end - begin}}, {"data_offsets", {begin, end}}};
   };
   for (const auto& b : blobs) {

@@ -86,6 +86,7 @@ struct ShardLayout {
   std::vector<LayoutRecord> records;
   uint64_t data_bytes = 0;  // size of the data section (multiple of 4096)
   std::map<std::string, std::string> metadata;  // caller's keys (model, plan, shard)
+  std::string pad_prefix = "__pad__.";  // padding tensor names: <pad_prefix><k>; unique per shard
   uint64_t header_bytes = 0;  // N, fixed by the first RenderHeader
   uint64_t data_start() const { return 8 + header_bytes; }
   uint64_t file_bytes() const { return data_start() + data_bytes; }

@@ -188,7 +188,7 @@ absl::Status QuantizeMatrix(QFormat f, const float* w, int64_t rows, int64_t col
   const int64_t ng = GroupsPerRow(f, cols);
   std::atomic<int64_t> bad_row{-1};
   std::atomic<int64_t> bad_col{-1};
-#pragma omp parallel
+#pragma omp parallel if (rows * cols >= (1 << 18))
   {
     std::vector<int8_t> codes(static_cast<size_t>(cols) + 4);
 #pragma omp for schedule(static)
@@ -213,7 +213,7 @@ void DequantizeMatrix(QFormat f, const uint8_t* data, const float* scales, int64
                       int64_t cols, float* out) {
   const int64_t rb = RowBytes(f, cols);
   const int64_t ng = GroupsPerRow(f, cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 18))
   for (int64_t r = 0; r < rows; ++r) {
     DequantizeRow(f, data + r * rb, scales + r * ng, cols, out + r * cols);
   }
