@@ -353,6 +353,7 @@ class SourceDecoder {
     return absl::OkStatus();
   }
   absl::Status Rows(int64_t r0, int64_t r1, float* dst) {
+    if (wt_->ndim() != 2) return wr_->ReadTensorF32(*wt_, dst);  // whole (small) tensor
     if (wt_->dtype != DType::kF8E4M3) return wr_->ReadRowsF32(*wt_, r0, r1, dst);
     const int64_t cols = wt_->row_elems();
     raw_.resize(static_cast<size_t>((r1 - r0) * cols));
@@ -427,7 +428,8 @@ absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor
   SourceDecoder dec;
   MOE_RETURN_IF_ERROR(dec.Open(in, pt));
   const int64_t rows_per_slab =
-      std::max<int64_t>(1, static_cast<int64_t>(kSlabBytes / 4) / lt.cols);
+      lt.shape.size() != 2 ? lt.rows
+                           : std::max<int64_t>(1, static_cast<int64_t>(kSlabBytes / 4) / lt.cols);
   const int64_t rb = RowBytes(lt.format, lt.cols);
   const int64_t ng = GroupsPerRow(lt.format, lt.cols);
   for (int64_t r0 = 0; r0 < lt.rows; r0 += rows_per_slab) {
