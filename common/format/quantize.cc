@@ -92,7 +92,11 @@ void PackRow(QFormat f, const int8_t* q, int64_t cols, uint8_t* data) {
   }
 }
 
-// codes: scratch of at least `cols` bytes.
+// codes: scratch of at least `cols` bytes. Cloned for AVX2 (same IEEE
+// operations, so the bytes do not depend on the clone chosen).
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 bool QuantizeRowImpl(QFormat f, const float* w, int64_t cols, uint8_t* data, float* scales,
                      int64_t* bad_col, int8_t* codes) {
   const QFormatInfo& info = Info(f);

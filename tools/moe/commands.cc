@@ -4,6 +4,7 @@
 
 namespace moe::cli {
 
+int RunBench(int argc, char** argv);
 int RunConvert(int argc, char** argv);
 int RunInspect(int argc, char** argv);
 int RunVersion(int argc, char** argv);
@@ -11,6 +12,7 @@ int RunVersion(int argc, char** argv);
 
 namespace {
 const Command kCommands[] = {
+    {"bench", "benchmarks: moe bench <what> (convert, ...)", RunBench},
     {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
