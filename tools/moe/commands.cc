@@ -4,11 +4,17 @@
 
 namespace moe::cli {
 
+int RunBench(int argc, char** argv);
+int RunConvert(int argc, char** argv);
+int RunInspect(int argc, char** argv);
 int RunVersion(int argc, char** argv);
 // Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
 
 namespace {
 const Command kCommands[] = {
+    {"bench", "benchmarks: moe bench <what> (convert, ...)", RunBench},
+    {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
+    {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},
 };
