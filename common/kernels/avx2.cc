@@ -237,10 +237,27 @@ void Fdot(const Layout& L, const QMatrix& w, const FloatActs& a, int64_t s, int6
   }
 }
 
+int64_t Peak(int64_t iters) {
+  constexpr int kChains = 8;
+  __m256i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_epi32(i);
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-5), ones = _mm256_set1_epi16(1);
+  for (int64_t n = 0; n < iters; ++n) {
+    for (int i = 0; i < kChains; ++i)
+      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+    __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[3]), "+x"(acc[7]));
+  }
+  __m256i t = acc[0];
+  for (int i = 1; i < kChains; ++i) t = _mm256_add_epi32(t, acc[i]);
+  volatile int sink = _mm256_extract_epi32(t, 0);
+  (void)sink;
+  return iters * kChains * 32;
+}
+
 }  // namespace
 
 const IsaTable& Avx2Table() {
-  static constexpr IsaTable kTable = {Idot, Fdot};
+  static constexpr IsaTable kTable = {Idot, Fdot, Peak};
   return kTable;
 }
 

@@ -44,7 +44,10 @@ inline __m512 WeightLanes512(const Layout& L, const float* ws, int64_t u) {
   return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), v);
 }
 
-template <int BITS, int NR>
+// SPLIT: two int32 chains per row (units of many blocks, i.e. per-row
+// formats, where one dpbusd latency chain would bound the loop); single chain
+// for one-block units (fewer ops per unit; units overlap out of order).
+template <int BITS, int NR, bool SPLIT>
 inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const IdotActs& a,
                     int64_t r0, int64_t o, const Out& out) {
   alignas(64) uint8_t tmp[kBlockBytes];
@@ -73,7 +76,11 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
         for (int r = 0; r < NR; ++r) {
           const int8_t* xb = xq[r] + b * 128;
           acc[r] = _mm512_dpbusd_epi32(acc[r], lo, _mm512_loadu_si512(xb));
-          acc2[r] = _mm512_dpbusd_epi32(acc2[r], hi, _mm512_loadu_si512(xb + 64));
+          if constexpr (SPLIT) {
+            acc2[r] = _mm512_dpbusd_epi32(acc2[r], hi, _mm512_loadu_si512(xb + 64));
+          } else {
+            acc[r] = _mm512_dpbusd_epi32(acc[r], hi, _mm512_loadu_si512(xb + 64));
+          }
         }
       } else {
         const __m512i c0 = _mm512_and_si512(w, mask);
@@ -82,16 +89,17 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
         const __m512i c3 = _mm512_and_si512(_mm512_srli_epi16(w, 6), mask);
         for (int r = 0; r < NR; ++r) {
           const int8_t* xb = xq[r] + b * 256;
+          __m512i& second = SPLIT ? acc2[r] : acc[r];
           acc[r] = _mm512_dpbusd_epi32(acc[r], c0, _mm512_loadu_si512(xb));
-          acc2[r] = _mm512_dpbusd_epi32(acc2[r], c1, _mm512_loadu_si512(xb + 64));
+          second = _mm512_dpbusd_epi32(second, c1, _mm512_loadu_si512(xb + 64));
           acc[r] = _mm512_dpbusd_epi32(acc[r], c2, _mm512_loadu_si512(xb + 128));
-          acc2[r] = _mm512_dpbusd_epi32(acc2[r], c3, _mm512_loadu_si512(xb + 192));
+          second = _mm512_dpbusd_epi32(second, c3, _mm512_loadu_si512(xb + 192));
         }
       }
     }
     const __m512 wl = WeightLanes512(L, ws, u);
     for (int r = 0; r < NR; ++r) {
-      const __m512i p = _mm512_add_epi32(acc[r], acc2[r]);
+      const __m512i p = SPLIT ? _mm512_add_epi32(acc[r], acc2[r]) : acc[r];
       const __m512 sc = _mm512_mul_ps(wl, _mm512_loadu_ps(a.xs + (r0 + r) * a.lane_stride + u * kLanes));
       facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, facc[r]);
     }
@@ -99,18 +107,18 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
   for (int r = 0; r < NR; ++r) Store(out, r0 + r, o, Reduce(facc[r]));
 }
 
-template <int BITS>
+template <int BITS, bool SPLIT>
 void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w.data + o * L.row_bytes;
     const float* ws = w.scales + o * L.gpr;
     int64_t r = 0;
-    for (; r + 4 <= s; r += 4) IdotRow<BITS, 4>(L, row, ws, a, r, o, out);
+    for (; r + 4 <= s; r += 4) IdotRow<BITS, 4, SPLIT>(L, row, ws, a, r, o, out);
     switch (s - r) {
-      case 3: IdotRow<BITS, 3>(L, row, ws, a, r, o, out); break;
-      case 2: IdotRow<BITS, 2>(L, row, ws, a, r, o, out); break;
-      case 1: IdotRow<BITS, 1>(L, row, ws, a, r, o, out); break;
+      case 3: IdotRow<BITS, 3, SPLIT>(L, row, ws, a, r, o, out); break;
+      case 2: IdotRow<BITS, 2, SPLIT>(L, row, ws, a, r, o, out); break;
+      case 1: IdotRow<BITS, 1, SPLIT>(L, row, ws, a, r, o, out); break;
       default: break;
     }
   }
@@ -118,10 +126,11 @@ void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, i
 
 void Idot(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0, int64_t o1,
           const Out& out) {
+  const bool split = L.unit_blocks > 1;
   switch (L.bits) {
-    case 8: return IdotImpl<8>(L, w, a, s, o0, o1, out);
-    case 4: return IdotImpl<4>(L, w, a, s, o0, o1, out);
-    default: return IdotImpl<2>(L, w, a, s, o0, o1, out);
+    case 8: return IdotImpl<8, false>(L, w, a, s, o0, o1, out);
+    case 4: return split ? IdotImpl<4, true>(L, w, a, s, o0, o1, out) : IdotImpl<4, false>(L, w, a, s, o0, o1, out);
+    default: return split ? IdotImpl<2, true>(L, w, a, s, o0, o1, out) : IdotImpl<2, false>(L, w, a, s, o0, o1, out);
   }
 }
 
@@ -204,10 +213,26 @@ void Fdot(const Layout& L, const QMatrix& w, const FloatActs& a, int64_t s, int6
   }
 }
 
+int64_t Peak(int64_t iters) {
+  constexpr int kChains = 12;  // > latency x throughput of vpdpbusd
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+  for (int64_t n = 0; n < iters; ++n) {
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[5]), "+v"(acc[11]));
+  }
+  __m512i t = acc[0];
+  for (int i = 1; i < kChains; ++i) t = _mm512_add_epi32(t, acc[i]);
+  volatile int sink = _mm512_reduce_add_epi32(t);
+  (void)sink;
+  return iters * kChains * 64;
+}
+
 }  // namespace
 
 const IsaTable& Avx512Table() {
-  static constexpr IsaTable kTable = {Idot, Fdot};
+  static constexpr IsaTable kTable = {Idot, Fdot, Peak};
   return kTable;
 }
 

@@ -4,6 +4,8 @@
 // (XCR0: YMM for AVX2, ZMM/opmask for AVX-512).
 #include <cpuid.h>
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/kernels/kernel_impl.h"
@@ -93,6 +95,19 @@ Isa BestIsa() {
 }
 
 Path DefaultPath(QFormat format) { return Info(format).integer ? Path::kIdot : Path::kFloat; }
+
+double MeasureIdotPeakGops(Isa isa, double seconds) {
+  if (!IsaSupported(isa)) return 0.0;
+  const internal::PeakFn peak = internal::TableFor(isa).peak;
+  int64_t iters = 1 << 14;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t macs = peak(iters);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (dt >= seconds || iters > (int64_t{1} << 40)) return 2.0 * static_cast<double>(macs) / dt * 1e-9;
+    iters *= 2;
+  }
+}
 
 namespace internal {
 const IsaTable& TableFor(Isa isa) {

@@ -127,9 +127,14 @@ using IdotFn = void (*)(const Layout& L, const QMatrix& w, const IdotActs& a, in
 using FloatFn = void (*)(const Layout& L, const QMatrix& w, const FloatActs& a, int64_t s,
                          int64_t o0, int64_t o1, const Out& out);
 
+// Runs `iters` iterations of the ISA's int8 dot instruction mix on
+// registers only; returns the multiply-adds done (for the peak probe).
+using PeakFn = int64_t (*)(int64_t iters);
+
 struct IsaTable {
   IdotFn idot;
   FloatFn fdot;
+  PeakFn peak;
 };
 
 const IsaTable& ScalarTable();

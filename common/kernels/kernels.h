@@ -55,6 +55,11 @@ bool IsaSupported(Isa isa);
 // Best supported variant (ignores MOE_KERNEL_ISA).
 Isa BestIsa();
 
+// Peak int8 multiply-add rate of one core for `isa` (vpdpbusd / maddubs
+// chains on registers), in GOPS (1 multiply-add = 2 ops), measured for about
+// `seconds`. For benchmarks: GFLOP/s at S = 32 is reported against it.
+double MeasureIdotPeakGops(Isa isa, double seconds);
+
 // Default numeric path per format: kIdot for every integer format (it reads
 // the same bytes with fewer instructions, see docs/BENCHMARKS.md ## kernels),
 // kFloat for f32 / bf16.

@@ -91,10 +91,22 @@ void FloatScalar(const Layout& L, const QMatrix& w, const FloatActs& a, int64_t 
   }
 }
 
+int64_t PeakScalar(int64_t iters) {
+  int32_t acc[8] = {};
+  for (int64_t n = 0; n < iters; ++n)
+    for (int i = 0; i < 8; ++i) {
+      acc[i] += 3 * static_cast<int8_t>(-5 + i);
+      __asm__ volatile("" : "+r"(acc[i]));
+    }
+  volatile int32_t sink = acc[0];
+  (void)sink;
+  return iters * 8;
+}
+
 }  // namespace
 
 const IsaTable& ScalarTable() {
-  static constexpr IsaTable kTable = {IdotScalar, FloatScalar};
+  static constexpr IsaTable kTable = {IdotScalar, FloatScalar, PeakScalar};
   return kTable;
 }
 

@@ -33,7 +33,12 @@ void ThreadPool::RunImpl(Thunk thunk, void* ctx) {
   generation_.fetch_add(1);  // seq_cst: pairs with the sleeper check below
   if (sleepers_.load() > 0) generation_.notify_all();
   thunk(ctx, 0);
-  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  // Spin for the stragglers; yield now and then so an oversubscribed CPU
+  // (more runnable threads than cores) can run the worker we wait for.
+  for (int n = 1; pending_.load(std::memory_order_acquire) != 0; ++n) {
+    CpuRelax();
+    if ((n & 1023) == 0) std::this_thread::yield();
+  }
 }
 
 void ThreadPool::WorkerLoop(int index) {

@@ -4,11 +4,13 @@
 
 namespace moe::cli {
 
-int RunVersion(int argc, char** argv);
 // Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
+int RunBench(int argc, char** argv);
+int RunVersion(int argc, char** argv);
 
 namespace {
 const Command kCommands[] = {
+    {"bench", "benchmarks: moe bench <what> (kernels, ...)", RunBench},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},
 };
