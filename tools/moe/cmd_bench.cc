@@ -1,7 +1,6 @@
 // `moe bench <what> [flags]`: dispatcher for the benchmark programs. Each
 // target lives in its own cmd_bench_<what>.cc and is one row of kTargets
-// (keep sorted by name): convert here; kernels, io, cache, tokenize are added
-// by their areas the same way. Benchmarks report ratios to floors measured
+// (keep sorted by name). Benchmarks report ratios to floors measured
 // in the same run (docs/BENCHMARKS.md).
 #include <cstdio>
 #include <cstring>
@@ -14,6 +13,7 @@ namespace moe::cli {
 
 // Declarations of the targets implemented in cmd_bench_*.cc (keep sorted).
 int RunBenchConvert(int argc, char** argv);
+int RunBenchKernels(int argc, char** argv);
 
 namespace {
 struct BenchTarget {
@@ -23,6 +23,8 @@ struct BenchTarget {
 };
 const BenchTarget kTargets[] = {
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
+    {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth",
+     RunBenchKernels},
 };
 
 void PrintUsage(FILE* f) {

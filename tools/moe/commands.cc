@@ -4,15 +4,15 @@
 
 namespace moe::cli {
 
+// Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
 int RunBench(int argc, char** argv);
 int RunConvert(int argc, char** argv);
 int RunInspect(int argc, char** argv);
 int RunVersion(int argc, char** argv);
-// Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
 
 namespace {
 const Command kCommands[] = {
-    {"bench", "benchmarks: moe bench <what> (convert, ...)", RunBench},
+    {"bench", "benchmarks: moe bench <what> (convert, kernels, ...)", RunBench},
     {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
