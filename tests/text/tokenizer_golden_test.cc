@@ -7,26 +7,13 @@
 #include "common/text/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/text/test_util.h"
 
 namespace moe::text {
 namespace {
 
-using json = nlohmann::json;
-
-std::string DataDir() { return std::string(MOE_SOURCE_DIR) + "/tests/data/text/"; }
-
-json LoadJson(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return json::parse(ss.str());
-}
-
-std::string Unhex(const std::string& h) {
-  std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
-  return out;
-}
+using json = nlohmann::ordered_json;
+using namespace moe::text::testing;
 
 class TextGoldenTest : public ::testing::TestWithParam<std::string> {};
 
