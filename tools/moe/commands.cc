@@ -4,11 +4,15 @@
 
 namespace moe::cli {
 
+int RunBench(int argc, char** argv);
+int RunTokenize(int argc, char** argv);
 int RunVersion(int argc, char** argv);
 // Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
 
 namespace {
 const Command kCommands[] = {
+    {"bench", "run a benchmark (moe bench --help lists them)", RunBench},
+    {"tokenize", "text to token ids (and back) with a tokenizer.json; chat prompts", RunTokenize},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},
 };
