@@ -14,6 +14,7 @@ namespace moe::cli {
 // Declarations of the targets implemented in cmd_bench_*.cc (keep sorted).
 int RunBenchConvert(int argc, char** argv);
 int RunBenchKernels(int argc, char** argv);
+int RunBenchTokenize(int argc, char** argv);
 
 namespace {
 struct BenchTarget {
@@ -23,8 +24,8 @@ struct BenchTarget {
 };
 const BenchTarget kTargets[] = {
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
-    {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth",
-     RunBenchKernels},
+    {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth", RunBenchKernels},
+    {"tokenize", "encode MB/s of the tokenizer vs Hugging Face tokenizers on the same corpus", RunBenchTokenize},
 };
 
 void PrintUsage(FILE* f) {
