@@ -262,6 +262,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   MOE_CFG_INT(c.moe_layer_freq, r.PosInt("moe_layer_freq", 1));
   MOE_CFG_INT(c.num_nextn_predict_layers, r.Int("num_nextn_predict_layers", 0));
   MOE_CFG_INT(c.moe_router_dtype, r.Str("moe_router_dtype", ""));
+  if (r.Has("dtype")) {
+    MOE_CFG_INT(c.dtype, r.Str("dtype"));
+  } else {
+    MOE_CFG_INT(c.dtype, r.Str("torch_dtype", ""));
+  }
   MOE_CFG_INT(c.rope_interleave, r.Bool("rope_interleave", true));
   MOE_CFG_INT(c.indexer_rope_interleave, r.Bool("indexer_rope_interleave", true));
 

@@ -87,6 +87,7 @@ struct ModelConfig {
   int64_t pad_token_id = -1;  // -1 = absent
   int num_nextn_predict_layers = 0;
   std::string moe_router_dtype;  // "" if absent
+  std::string dtype;             // config "dtype" / "torch_dtype" ("" if absent)
 
   // FP8 block quantization (quantization_config.quant_method == "fp8").
   bool fp8 = false;
