@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int kPlanVersion = 1;
-constexpr uint64_t kSlabBytes = 64ull << 20;  // float32 rows decoded at once
+constexpr uint64_t kSlabBytes = 8ull << 20;  // float32 rows decoded at once (stays in L2/L3)
 
 absl::Status Errno(std::string_view what, const std::string& path) {
   const int e = errno;
