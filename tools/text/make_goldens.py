@@ -119,8 +119,9 @@ def train():
 
 
 def make_flags_variant():
-    """glm_tiny plus an NFC normalizer and added tokens exercising lstrip/rstrip/single_word/
-    normalized, to pin HF's added-token semantics."""
+    """glm_tiny plus an NFC normalizer (Qwen2-style), added tokens exercising lstrip/rstrip/
+    single_word/normalized, and a Sequence[ByteLevel, TemplateProcessing] post-processor, to pin
+    HF's semantics of each."""
     tok = Tokenizer.from_file(os.path.join(DATA, "glm_tiny", "tokenizer.json"))
     tok.normalizer = normalizers.NFC()
     tok.add_tokens([
@@ -130,6 +131,13 @@ def make_flags_variant():
         AddedToken("plugh", lstrip=True, normalized=True),
     ])
     tok.add_special_tokens([AddedToken("<|sep|>", special=True, rstrip=True, normalized=False)])
+    # A BOS/EOS-adding post-processor, as Llama-3/DeepSeek files have when add_bos_token.
+    gmask, eop = tok.token_to_id("[gMASK]"), tok.token_to_id("<eop>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="[gMASK] $A <eop>", pair="[gMASK] $A <eop> $B:1 <eop>:1",
+                                      special_tokens=[("[gMASK]", gmask), ("<eop>", eop)]),
+    ])
     path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
     tok.save(path)
     with open(path, "rb") as f, gzip.GzipFile(os.path.join(DATA, "flags.json.gz"), "wb", 9, mtime=0) as g:
