@@ -2,6 +2,7 @@
 // the rendered prompt equal HF's.
 #include "common/text/chat.h"
 
+#include "common/text/model_text.h"
 #include "common/text/py_json.h"
 #include "common/text/tokenizer.h"
 #include "gtest/gtest.h"
@@ -94,6 +95,25 @@ TEST(TextChat, PyJsonDumpsMatchesPython) {
   const ojson j = ojson::parse(R"({"b": [1, 2.5, true, null], "a": "x\"\\\n\u0001é😀", "c": {}})");
   EXPECT_EQ(PyJsonDumps(j), "{\"b\": [1, 2.5, true, null], \"a\": \"x\\\"\\\\\\n\\u0001é😀\", \"c\": {}}");
   EXPECT_EQ(PyJsonDumps(ojson("é😀"), /*ensure_ascii=*/true), "\"\\u00e9\\ud83d\\ude00\"");
+}
+
+}  // namespace
+}  // namespace moe::text
+
+namespace moe::text {
+namespace {
+
+TEST(TextModelText, LoadsGlmTinyDirectory) {
+  auto mt = LoadModelText(moe::text::testing::DataDir() + "glm_tiny", "");
+  ASSERT_TRUE(mt.ok()) << mt.status();
+  EXPECT_EQ(mt->format, ChatFormat::kGlm);
+  const Tokenizer& t = *mt->tokenizer;
+  EXPECT_EQ(mt->stop_ids, (std::vector<int32_t>{t.TokenToId("<|endoftext|>"), t.TokenToId("<|user|>"),
+                                                t.TokenToId("<|observation|>")}));
+  auto forced = LoadModelText(moe::text::testing::DataDir() + "glm_tiny", "deepseek_v3");
+  ASSERT_FALSE(forced.ok());  // DeepSeek's stop token is not in this vocab
+  EXPECT_NE(std::string(forced.status().message()).find("not in the vocab"), std::string::npos);
+  EXPECT_FALSE(LoadModelText(moe::text::testing::DataDir() + "glm_tiny", "chatml").ok());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Streaming detokenization: chunks concatenate to Decode() and never split a character.
 #include "common/text/detokenizer.h"
 
+#include <thread>
 #include <vector>
 
 #include "common/text/tokenizer.h"
@@ -61,6 +62,35 @@ TEST(TextStreamDetokenizer, HoldsSplitCharacterUntilComplete) {
   part += cut.Finish();
   EXPECT_EQ(part, tok->Decode(std::vector<int32_t>{ids[0]}));
   EXPECT_EQ(part, "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace moe::text
+
+namespace moe::text {
+namespace {
+
+TEST(TextConcurrency, EncodeFromManyThreadsMatchesSingleThread) {
+  const Tokenizer* tok = moe::text::testing::CachedTokenizer("glm_tiny/tokenizer.json");
+  ASSERT_NE(tok, nullptr);
+  const auto g = moe::text::testing::LoadJson(moe::text::testing::DataDir() + "goldens/glm_tiny.json");
+  std::vector<std::string> texts;
+  for (const auto& c : g["cases"]) texts.push_back(moe::text::testing::Unhex(c["hex"].get<std::string>()));
+  std::vector<std::vector<std::vector<int32_t>>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 3; ++rep) {
+        for (const auto& s : texts) got[t].push_back(tok->Encode(s));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) {
+    for (size_t i = 0; i < got[t].size(); ++i) {
+      EXPECT_EQ(got[t][i], g["cases"][i % texts.size()]["ids"].get<std::vector<int32_t>>());
+    }
+  }
 }
 
 }  // namespace
