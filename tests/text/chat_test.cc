@@ -2,6 +2,11 @@
 // the rendered prompt equal HF's.
 #include "common/text/chat.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "common/text/model_text.h"
 #include "common/text/py_json.h"
 #include "common/text/tokenizer.h"
@@ -64,6 +69,19 @@ TEST(TextChat, DetectsFormatFromModelFiles) {
   auto ds = DetectChatFormatFromTemplate(ojson::parse(cfg)["chat_template"].get<std::string>(), "ds");
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ(*ds, ChatFormat::kDeepSeekV3);
+  // A model directory with only tokenizer_config.json (DeepSeek-V3 ships it that way).
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("moe_text_chat_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json") << cfg;
+  auto from_dir = DetectChatFormat(dir.string());
+  std::ofstream(dir / "tokenizer_config.json") << "{\"chat_template\": \"{{ messages }}\"}";
+  auto unknown = DetectChatFormat(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status();
+  EXPECT_EQ(*from_dir, ChatFormat::kDeepSeekV3);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(std::string(unknown.status().message()).find("unknown chat template"), std::string::npos);
 }
 
 TEST(TextChat, UnknownFormatsAreErrors) {

