@@ -155,6 +155,8 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
     info.steps = stats.steps();
     info.expert_hit_rate = stats.expert_hit_rate();
     info.prefix_cache_hit_tokens = stats.prefix_cache_hit_tokens();
+    info.max_steps_after_cancel = stats.max_steps_after_cancel();
+    info.cancelled = stats.cancelled();
   }
   return info;
 }

@@ -47,6 +47,7 @@ int Main(int argc, char** argv) {
   int64_t probe_ms = 1000;
   int64_t startup_wait_s = 60;
   int64_t max_n = 16;
+  int64_t client_poll_ms = 10;
   std::string log_level = "info";
 
   FlagSet flags("gateway", "OpenAI-compatible HTTP gateway over inferd workers.");
@@ -66,6 +67,7 @@ int Main(int argc, char** argv) {
   flags.AddInt("probe-ms", &probe_ms, "worker health probe period");
   flags.AddInt("startup-wait-s", &startup_wait_s, "wait this long for a first live worker");
   flags.AddInt("max-n", &max_n, "largest 'n' accepted");
+  flags.AddInt("client-poll-ms", &client_poll_ms, "how often a waiting request checks that its client is still there");
   flags.AddString("log-level", &log_level, "debug, info, warning, error");
 
   auto args = ArgsWithConfig(argc, argv, "gateway");
@@ -131,6 +133,7 @@ int Main(int argc, char** argv) {
   sc.model_name = model_name;
   sc.max_context = ctx;
   sc.max_n = static_cast<int>(max_n);
+  sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
   OpenAIServing serving(sc, codec.get(), &scheduler, &admission, &metrics);
   HttpConfig hc;
   hc.listen = listen;

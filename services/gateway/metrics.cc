@@ -55,6 +55,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                    .Name("moe_worker_prefix_cache_hit_tokens")
                    .Help("Prompt tokens served from the prefix KV cache, per worker")
                    .Register(*registry_);
+  w_steps_ = &BuildGauge().Name("moe_worker_steps").Help("Engine steps run by each worker").Register(*registry_);
+  w_cancel_late_ = &BuildGauge()
+                        .Name("moe_worker_max_steps_after_cancel")
+                        .Help("Most steps a cancelled sequence took part in after its cancel (0 = in time)")
+                        .Register(*registry_);
 }
 
 void Metrics::ObserveRequest(const std::string& endpoint, int http_status, double seconds) {
@@ -77,6 +82,8 @@ std::string Metrics::Render(const AdmissionController* admission, const Schedule
       w_tokens_->Add(l).Set(static_cast<double>(w.tokens_generated));
       w_hit_->Add(l).Set(w.info.expert_hit_rate);
       w_prefix_->Add(l).Set(static_cast<double>(w.info.prefix_cache_hit_tokens));
+      w_steps_->Add(l).Set(static_cast<double>(w.info.steps));
+      w_cancel_late_->Add(l).Set(static_cast<double>(w.info.max_steps_after_cancel));
       Rate& r = rates_[w.name];
       double dt = std::chrono::duration<double>(now - r.at).count();
       if (r.at.time_since_epoch().count() != 0 && dt > 0.05) {

@@ -88,6 +88,8 @@ struct WorkerInfo {
   // Cache figures reported by the worker (its expert store / expertd).
   double expert_hit_rate = 0.0;
   int64_t prefix_cache_hit_tokens = 0;
+  int64_t max_steps_after_cancel = 0;  // worker-side cancellation check (0 = always in time)
+  int64_t cancelled = 0;
 };
 
 class Worker {
