@@ -148,6 +148,12 @@ class GatewayHttpServer::Server final : public httplib::Server {
  public:
   explicit Server(const HttpConfig& c, const std::atomic<bool>* stopping) : c_(c), stopping_(stopping) {}
 
+ public:
+  // httplib 0.11 listens with a backlog of 5 (compiled into Debian's
+  // library): 32 clients connecting at once overflow it (SYN retries of
+  // 1 s, resets). Listening again on the bound socket raises it.
+  bool RaiseBacklog(int n) { return ::listen(svr_sock_.load(), n) == 0; }
+
  private:
   bool process_and_close_socket(socket_t sock) override {
     tls_conn_fd = sock;
@@ -348,16 +354,19 @@ absl::StatusOr<int> GatewayHttpServer::Bind() {
     if (!server_->bind_to_port(host, 80)) {
       return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", host));
     }
+    server_->RaiseBacklog(1024);
     return 0;
   }
   if (port == 0) {
     int p = server_->bind_to_any_port(host);
     if (p <= 0) return absl::UnavailableError(absl::StrCat("cannot bind ", host, ":any"));
+    server_->RaiseBacklog(1024);
     return p;
   }
   if (!server_->bind_to_port(host, port)) {
     return absl::UnavailableError(absl::StrCat("cannot bind ", config_.listen, " (in use, or a bad host?)"));
   }
+  server_->RaiseBacklog(1024);
   return port;
 }
 
