@@ -12,8 +12,12 @@ struct Bench {
   int (*run)(int argc, char** argv);  // argv[0] = "<what>"
 };
 
+// One line per benchmark (this file merges with git's union driver).
 int BenchCache(int argc, char** argv);
 int BenchIo(int argc, char** argv);
 int BenchLease(int argc, char** argv);
+int RunBenchConvert(int argc, char** argv);
+int RunBenchKernels(int argc, char** argv);
+int RunBenchTokenize(int argc, char** argv);
 
 }  // namespace moe::cli
