@@ -18,6 +18,7 @@ struct Case {
   int64_t budget;  // expert cache bytes; 0 = evict on every layer
   AttentionPath path;
   KvDtype kv = KvDtype::kF32;
+  Numerics numerics = Numerics::kHfBf16;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -32,7 +33,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& i) {
   }
   return m + (i.param.budget == 0 ? "_evict_all" : i.param.budget < (1 << 20) ? "_small_budget" : "_unbounded") +
          (i.param.path == AttentionPath::kExplicit ? "_explicit" : "_absorbed") +
-         (i.param.kv == KvDtype::kF32 ? "" : "_kvbf16");
+         (i.param.kv == KvDtype::kF32 ? "" : "_kvbf16") + (i.param.numerics == Numerics::kF32 ? "_f32" : "");
 }
 
 class OracleTest : public ::testing::TestWithParam<Case> {};
@@ -45,25 +46,39 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
   ec.expert_budget_bytes = p.budget;
   ec.attention = p.path;
   ec.kv_dtype = p.kv;
+  ec.numerics = p.numerics;
   auto eng = Engine::Open(OracleDir(p.model), ec);
   ASSERT_TRUE(eng.ok()) << eng.status();
-  const int64_t V = (*eng)->config().vocab_size;
-  const bool exact = p.path == AttentionPath::kExplicit;
-  int greedy_total = 0, greedy_equal = 0;
+  // Exact mode (explicit attention, HF BF16 numerics) must reproduce HF
+  // token for token. Other modes (absorbed attention, f32 activations) use
+  // different rounding points; they must be at least as close to the HF-BF16
+  // goldens as HF itself is when run in f32 (recorded in sanity), and may
+  // only diverge at near-ties.
+  const bool exact = p.path == AttentionPath::kExplicit && p.numerics == Numerics::kHfBf16;
+  const auto& sanity = g["sanity"];
+  int hf32_greedy = 0;
+  for (int a : sanity["f32_greedy_agree"].get<std::vector<int>>()) hf32_greedy += a;
+  const auto hf32_tf = sanity["f32_teacher_forced_argmax_agree"].get<std::vector<int>>();
+  int greedy_total = 0, greedy_equal = 0, tf_total = 0, tf_equal = 0;
   for (const auto& pr : g["prompts"]) {
     const auto prompt = Ids(pr["ids"]);
     const auto want = Ids(pr["greedy"]["tokens"]);
+    const auto gmargin = pr["greedy"]["margin"].get<std::vector<double>>();
     KvCache cache = (*eng)->NewCache();
-    SamplingParams sp;
-    auto r = (*eng)->Generate(prompt, static_cast<int64_t>(want.size()), sp, cache);
+    auto r = (*eng)->Generate(prompt, static_cast<int64_t>(want.size()), SamplingParams{}, cache);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->tokens.size(), want.size());
-    int eq = 0;
-    for (size_t i = 0; i < want.size(); ++i) eq += r->tokens[i] == want[i];
+    size_t first_diff = want.size();
+    for (size_t i = 0; i < want.size(); ++i) {
+      greedy_equal += r->tokens[i] == want[i];
+      if (r->tokens[i] != want[i] && first_diff == want.size()) first_diff = i;
+    }
     greedy_total += static_cast<int>(want.size());
-    greedy_equal += eq;
     if (exact) {
       EXPECT_EQ(r->tokens, want) << pr["name"];
+    } else if (first_diff < want.size() && hf32_greedy == static_cast<int>(g["prompts"].size()) * 32) {
+      // Robust goldens (HF f32 agrees everywhere): only a near-tie may flip.
+      EXPECT_LT(gmargin[first_diff], 0.26) << pr["name"] << " greedy diverges at " << first_diff << " (not a near-tie)";
     }
 
     // Teacher-forced: all positions in one batch.
@@ -76,22 +91,29 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
     for (size_t i = 0; i < ids.size(); ++i) {
       if ((*rows)[i].argmax != am[i]) {
         ++mismatch;
-        // Only a near-tie in the reference may differ.
-        EXPECT_LT(margin[i], 0.26) << pr["name"] << " position " << i << " ours " << (*rows)[i].argmax << " hf "
-                                   << am[i];
+        if (exact) {
+          EXPECT_LT(margin[i], 0.26) << pr["name"] << " position " << i << " ours " << (*rows)[i].argmax << " hf "
+                                     << am[i] << " (not a near-tie)";
+        }
       }
     }
-    // >= 31 of every 32 positions.
-    EXPECT_LE(mismatch * 32, static_cast<int>(ids.size())) << pr["name"] << " teacher-forced mismatches " << mismatch;
-    // Log-probabilities of the next token close to HF's.
-    const auto nlp = pr["teacher_forced"]["next_logprob"].get<std::vector<double>>();
-    double worst = 0;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) worst = std::max(worst, std::abs((*rows)[i].next_logprob - nlp[i]));
-    EXPECT_LT(worst, exact ? 0.15 : 0.5) << pr["name"];
-    (void)V;
+    tf_total += static_cast<int>(ids.size());
+    tf_equal += static_cast<int>(ids.size()) - mismatch;
+    if (exact) {
+      // >= 31 of every 32 positions.
+      EXPECT_LE(mismatch * 32, static_cast<int>(ids.size())) << pr["name"] << " teacher-forced mismatches " << mismatch;
+      const auto nlp = pr["teacher_forced"]["next_logprob"].get<std::vector<double>>();
+      double worst = 0;
+      for (size_t i = 0; i + 1 < ids.size(); ++i) worst = std::max(worst, std::abs((*rows)[i].next_logprob - nlp[i]));
+      EXPECT_LT(worst, 0.15) << pr["name"] << " next-token log-prob differs from HF";
+    }
   }
-  // The absorbed path is not HF's arithmetic; it must still agree on nearly all tokens.
-  EXPECT_GE(greedy_equal * 100, greedy_total * (exact ? 100 : 90)) << greedy_equal << "/" << greedy_total;
+  std::printf("%s: greedy %d/%d, teacher-forced %d/%d (HF f32: greedy %d, tf %d/%d)\n", p.model.c_str(), greedy_equal,
+              greedy_total, tf_equal, tf_total, hf32_greedy, hf32_tf[0], hf32_tf[1]);
+  if (!exact) {
+    EXPECT_GE(greedy_equal, std::min(hf32_greedy, greedy_total * 9 / 10));
+    EXPECT_GE(tf_equal, std::min(hf32_tf[0], tf_total * 31 / 32));
+  }
 }
 
 std::vector<Case> Cases() {
@@ -102,6 +124,8 @@ std::vector<Case> Cases() {
     v.push_back({m, 4 * 3 * 64 * 32 * 2, AttentionPath::kExplicit});  // a few experts
     v.push_back({m, int64_t{1} << 40, AttentionPath::kAbsorbed});
     v.push_back({m, int64_t{1} << 40, AttentionPath::kExplicit, KvDtype::kBF16});
+    v.push_back({m, int64_t{1} << 40, AttentionPath::kExplicit, KvDtype::kF32, Numerics::kF32});
+    v.push_back({m, int64_t{1} << 40, AttentionPath::kAbsorbed, KvDtype::kF32, Numerics::kF32});
   }
   return v;
 }

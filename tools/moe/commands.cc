@@ -4,11 +4,15 @@
 
 namespace moe::cli {
 
+int RunRun(int argc, char** argv);
+int RunScore(int argc, char** argv);
 int RunVersion(int argc, char** argv);
 // Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
 
 namespace {
 const Command kCommands[] = {
+    {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},
+    {"score", "teacher-forced argmax and log-probabilities of --ids", RunScore},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},
 };
