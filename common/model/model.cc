@@ -269,7 +269,8 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
         float mx = -INFINITY;
         for (size_t i = 0; i < keys.size(); ++i) {
           const int64_t t = keys[i];
-          sc[i] = (DotF(ql.data(), lats.data() + t * rkv, rkv) + DotF(qh + dn, kpe.data() + t * dr, dr)) * scale;
+          // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
+          sc[i] = R(R(DotF(ql.data(), lats.data() + t * rkv, rkv) + DotF(qh + dn, kpe.data() + t * dr, dr)) * scale);
           mx = std::max(mx, sc[i]);
         }
         float sum = 0;
@@ -278,7 +279,7 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
           sum += v;
         }
         for (size_t i = 0; i < keys.size(); ++i) {
-          const float p = sc[i] / sum;
+          const float p = R(sc[i] / sum);
           const float* cl = lats.data() + keys[i] * rkv;
           for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
         }

@@ -4,15 +4,25 @@
 
 namespace moe::cli {
 
+// Declarations of the subcommands implemented in cmd_*.cc, one line each
+// (this file merges with git's union driver: see .gitattributes).
+int RunBench(int argc, char** argv);
+int RunConvert(int argc, char** argv);
+int RunInspect(int argc, char** argv);
 int RunRun(int argc, char** argv);
 int RunScore(int argc, char** argv);
+int RunTokenize(int argc, char** argv);
 int RunVersion(int argc, char** argv);
-// Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
 
 namespace {
+// One row per line, sorted by name.
 const Command kCommands[] = {
+    {"bench", "benchmarks: moe bench <what> (moe bench --help lists them)", RunBench},
+    {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
+    {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},
     {"score", "teacher-forced argmax and log-probabilities of --ids", RunScore},
+    {"tokenize", "text to token ids (and back) with a tokenizer.json; chat prompts", RunTokenize},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},
 };
