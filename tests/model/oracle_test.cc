@@ -56,6 +56,7 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
   // only diverge at near-ties.
   const bool exact = p.path == AttentionPath::kExplicit && p.numerics == Numerics::kHfBf16;
   const auto& sanity = g["sanity"];
+  const double near_tie = sanity.value("near_tie_margin", 0.25);
   int hf32_greedy = 0;
   for (int a : sanity["f32_greedy_agree"].get<std::vector<int>>()) hf32_greedy += a;
   const auto hf32_tf = sanity["f32_teacher_forced_argmax_agree"].get<std::vector<int>>();
@@ -78,7 +79,7 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
       EXPECT_EQ(r->tokens, want) << pr["name"];
     } else if (first_diff < want.size() && hf32_greedy == static_cast<int>(g["prompts"].size()) * 32) {
       // Robust goldens (HF f32 agrees everywhere): only a near-tie may flip.
-      EXPECT_LT(gmargin[first_diff], 0.26) << pr["name"] << " greedy diverges at " << first_diff << " (not a near-tie)";
+      EXPECT_LT(gmargin[first_diff], near_tie) << pr["name"] << " greedy diverges at " << first_diff << " (not a near-tie)";
     }
 
     // Teacher-forced: all positions in one batch.
@@ -92,7 +93,7 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
       if ((*rows)[i].argmax != am[i]) {
         ++mismatch;
         if (exact) {
-          EXPECT_LT(margin[i], 0.26) << pr["name"] << " position " << i << " ours " << (*rows)[i].argmax << " hf "
+          EXPECT_LE(margin[i], near_tie) << pr["name"] << " position " << i << " ours " << (*rows)[i].argmax << " hf "
                                      << am[i] << " (not a near-tie)";
         }
       }
@@ -105,7 +106,7 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
       const auto nlp = pr["teacher_forced"]["next_logprob"].get<std::vector<double>>();
       double worst = 0;
       for (size_t i = 0; i + 1 < ids.size(); ++i) worst = std::max(worst, std::abs((*rows)[i].next_logprob - nlp[i]));
-      EXPECT_LT(worst, 0.15) << pr["name"] << " next-token log-prob differs from HF";
+      EXPECT_LT(worst, 0.1) << pr["name"] << " next-token log-prob differs from HF";
     }
   }
   std::printf("%s: greedy %d/%d, teacher-forced %d/%d (HF f32: greedy %d, tf %d/%d)\n", p.model.c_str(), greedy_equal,
@@ -115,6 +116,66 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
     EXPECT_GE(tf_equal, std::min(hf32_tf[0], tf_total * 31 / 32));
   }
 }
+
+// The MTP layer reproduces the oracle's MTP composition (vLLM convention):
+// slot j takes the final-normed hidden state h_j and ids[j+1], predicts ids[j+2].
+class MtpOracleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpOracleTest, DraftsMatchReference) {
+  if (!testing::HaveOracle(GetParam())) GTEST_SKIP() << "no oracle goldens for " << GetParam();
+  auto g = LoadGoldens(GetParam());
+  auto eng = Engine::Open(OracleDir(GetParam()), EngineConfig{});
+  ASSERT_TRUE(eng.ok()) << eng.status();
+  ASSERT_TRUE((*eng)->model().has_mtp());
+  const auto& c = (*eng)->config();
+  const double near_tie = g["sanity"].value("near_tie_margin", 0.25);
+  int total = 0, equal = 0, accepted = 0, acc_total = 0;
+  for (const auto& pr : g["prompts"]) {
+    const auto ids = Ids(pr["mtp_teacher_forced"]["ids"]);
+    const auto want = Ids(pr["mtp_teacher_forced"]["draft_argmax"]);
+    const auto margin = pr["mtp_teacher_forced"]["margin"].get<std::vector<double>>();
+    KvCache cache = (*eng)->NewCache();
+    KvCache mtp = KvCache::ForModel(c, KvDtype::kF32, /*mtp=*/true);
+    auto f = (*eng)->model().Forward(ids, cache, true);
+    ASSERT_TRUE(f.ok()) << f.status();
+    const size_t n = ids.size() - 1;
+    auto m = (*eng)->model().MtpForward(std::span(f->hidden).first(n * c.hidden_size), std::span(ids).subspan(1), mtp);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_EQ(want.size(), n);
+    int mism = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const int32_t d = Argmax(m->logits.data() + j * c.vocab_size, c.vocab_size);
+      ++total;
+      if (d == want[j]) {
+        ++equal;
+      } else {
+        ++mism;
+        // The reference's standalone MTP layer runs HF's eager expert loop
+        // (bf16 accumulation per expert) while the model runs grouped_mm (f32
+        // sum of the K slots); the engine follows the latter everywhere, so a
+        // flip needs a small (not necessarily sub-threshold) margin.
+        EXPECT_LE(margin[j], 2 * near_tie) << pr["name"] << " slot " << j << " ours " << d << " ref " << want[j];
+      }
+      // Acceptance of the draft against the main model's own greedy choice at j+1.
+      if (j + 2 < ids.size()) {
+        ++acc_total;
+        accepted += d == Argmax(f->logits.data() + (j + 1) * c.vocab_size, c.vocab_size);
+      }
+    }
+    EXPECT_LE(mism * 32, static_cast<int>(n)) << pr["name"];
+  }
+  std::printf("%s MTP: drafts equal to reference %d/%d; draft == main-model argmax (acceptance) %d/%d\n",
+              GetParam().c_str(), equal, total, accepted, acc_total);
+}
+
+INSTANTIATE_TEST_SUITE_P(Oracle, MtpOracleTest, ::testing::Values("glm-short", "glm-dsa", "deepseek-v3"),
+                         [](const auto& i) {
+                           std::string s = i.param;
+                           for (char& ch : s) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return s;
+                         });
 
 std::vector<Case> Cases() {
   std::vector<Case> v;
