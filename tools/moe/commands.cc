@@ -9,6 +9,7 @@ namespace moe::cli {
 int RunBench(int argc, char** argv);
 int RunConvert(int argc, char** argv);
 int RunInspect(int argc, char** argv);
+int RunQuality(int argc, char** argv);
 int RunRun(int argc, char** argv);
 int RunScore(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
@@ -20,6 +21,7 @@ const Command kCommands[] = {
     {"bench", "benchmarks: moe bench <what> (moe bench --help lists them)", RunBench},
     {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
+    {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},
     {"score", "teacher-forced argmax and log-probabilities of --ids", RunScore},
     {"tokenize", "text to token ids (and back) with a tokenizer.json; chat prompts", RunTokenize},
