@@ -94,7 +94,8 @@ SafetensorsReader::~SafetensorsReader() {
 absl::Status SafetensorsReader::AddFile(const std::string& path, const OpenOptions& options) {
   File& f = files_.emplace_back();
   f.info.path = path;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named as a shard must fail the S_ISREG check, not hang.
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (f.fd < 0) return ErrnoError(errno, "cannot open", path);
   struct stat st;
   if (::fstat(f.fd, &st) != 0) return ErrnoError(errno, "cannot stat", path);
