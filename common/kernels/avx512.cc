@@ -38,7 +38,7 @@ inline __m512 WeightLanes512(const Layout& L, const float* ws, int64_t u) {
   const float* p = ws + u * L.gpu;
   if (L.gpu == 1) return _mm512_set1_ps(p[0]);
   if (L.gpu == 2) {
-    const __m512 v = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))));
+    const __m512 v = _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), v);
   }
   const __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(p));
@@ -54,7 +54,7 @@ inline __m512 FastLanes(const float* ws, int64_t u) {
   } else if constexpr (GPU == 1) {
     return _mm512_set1_ps(ws[u]);
   } else if constexpr (GPU == 2) {
-    const __m512 v = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ws + 2 * u))));
+    const __m512 v = _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ws + 2 * u))));
     return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), v);
   } else {
     const __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(ws + 4 * u));
