@@ -13,7 +13,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpcre2-dev prometheus-cpp-dev libcpp-httplib-dev curl
+  nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev prometheus-cpp-dev libcpp-httplib-dev curl
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -28,7 +28,7 @@ fi
 # Python packages used by the default test path (no torch here: oracle and
 # training scripts have their own requirements files and are run by hand).
 PY=${PYTHON:-python3}
-if ! $PY -c "import numpy, safetensors, ml_dtypes, jinja2" 2>/dev/null; then
+if ! $PY -c "import numpy, safetensors, ml_dtypes, jinja2, openai" 2>/dev/null; then
   echo "[setup] pip install -r deploy/requirements-test.txt"
   $PY -m pip install -q -r deploy/requirements-test.txt
 fi
