@@ -177,9 +177,11 @@ absl::Status ParseList(const std::string& text, std::vector<int64_t>* out, const
 // Fork/join overhead of the pool: back-to-back tiny matmuls, 2 threads vs 1,
 // with workers spinning, and the first call after the workers went to sleep.
 nlohmann::json MeasureForkJoin(Isa isa) {
-  std::vector<uint8_t> data(RowBytes(QFormat::kQ8Row, 64) * 4, 1);
-  std::vector<float> scales(4, 0.01f), x(64, 0.5f), y(4);
-  const QMatrix w{QFormat::kQ8Row, 4, 64, data.data(), scales.data()};
+  // 64 rows = 4 tasks of 16 rows, so 2 threads really fork and join.
+  constexpr int64_t kRows = 64;
+  std::vector<uint8_t> data(RowBytes(QFormat::kQ8Row, 64) * kRows, 1);
+  std::vector<float> scales(kRows, 0.01f), x(64, 0.5f), y(kRows);
+  const QMatrix w{QFormat::kQ8Row, kRows, 64, data.data(), scales.data()};
   auto per_call = [&](int threads, int sleep_us, int n) {
     KernelConfig c;
     c.isa = isa;
