@@ -1,0 +1,219 @@
+#include "common/expertstore/cache_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <list>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace moe::expertstore {
+
+RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c) {
+  RoutingTrace t;
+  t.num_layers = c.num_layers;
+  t.num_experts = c.num_experts;
+  t.top_k = std::min(c.top_k, c.num_experts);
+  t.num_tokens = c.num_tokens;
+  std::mt19937_64 rng(c.seed);
+  std::vector<double> weight(c.num_experts);
+  for (uint32_t r = 0; r < c.num_experts; ++r) weight[r] = 1.0 / std::pow(double(r + 1), c.zipf_s);
+  // perm[layer][rank] = expert
+  std::vector<std::vector<uint32_t>> perm(c.num_layers, std::vector<uint32_t>(c.num_experts));
+  for (auto& p : perm) {
+    std::iota(p.begin(), p.end(), 0u);
+    std::shuffle(p.begin(), p.end(), rng);
+  }
+  std::vector<std::vector<uint32_t>> prev(c.num_layers);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<uint8_t> chosen(c.num_experts);
+  t.keys.reserve(size_t(c.num_tokens) * c.num_layers * t.top_k);
+  for (uint32_t tok = 0; tok < c.num_tokens; ++tok) {
+    if (c.phase_tokens && tok > 0 && tok % c.phase_tokens == 0) {
+      for (auto& p : perm) {
+        for (uint32_t r = 0; r < c.num_experts; ++r) {
+          if (u(rng) < c.phase_shuffle) std::swap(p[r], p[rng() % c.num_experts]);
+        }
+      }
+    }
+    for (uint32_t l = 0; l < c.num_layers; ++l) {
+      std::fill(chosen.begin(), chosen.end(), 0);
+      std::vector<uint32_t> cur;
+      for (uint32_t e : prev[l]) {
+        if (cur.size() < t.top_k && u(rng) < c.keep_prob) {
+          cur.push_back(e);
+          chosen[e] = 1;
+        }
+      }
+      std::discrete_distribution<uint32_t> pick(weight.begin(), weight.end());
+      while (cur.size() < t.top_k) {
+        uint32_t e = perm[l][pick(rng)];
+        if (!chosen[e]) {
+          chosen[e] = 1;
+          cur.push_back(e);
+        }
+      }
+      for (uint32_t e : cur) t.keys.push_back(l * c.num_experts + e);
+      prev[l] = std::move(cur);
+    }
+  }
+  return t;
+}
+
+absl::Status SaveTrace(const RoutingTrace& t, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return absl::InternalError(absl::StrCat("trace ", path, ": cannot create"));
+  out << "moestream-routing-trace 1 " << t.num_layers << " " << t.num_experts << " " << t.top_k << "\n";
+  size_t per_token = size_t(t.num_layers) * t.top_k;
+  for (size_t i = 0; i < t.keys.size(); i += t.top_k) {
+    uint32_t layer = t.keys[i] / t.num_experts;
+    out << i / per_token << " " << layer;
+    for (uint32_t k = 0; k < t.top_k; ++k) out << " " << t.keys[i + k] % t.num_experts;
+    out << "\n";
+  }
+  return out.good() ? absl::OkStatus() : absl::InternalError(absl::StrCat("trace ", path, ": write failed"));
+}
+
+absl::StatusOr<RoutingTrace> LoadTrace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("trace ", path, ": cannot open"));
+  RoutingTrace t;
+  std::string magic, line;
+  int version = 0;
+  if (!(in >> magic >> version >> t.num_layers >> t.num_experts >> t.top_k) || magic != "moestream-routing-trace" ||
+      version != 1 || t.num_layers == 0 || t.num_experts == 0 || t.top_k == 0)
+    return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": not a version 1 routing trace"));
+  std::getline(in, line);
+  int64_t last_token = -1;
+  size_t lineno = 1;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    int64_t tok;
+    uint32_t layer, e;
+    if (!(ls >> tok >> layer) || layer >= t.num_layers)
+      return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno, ": bad token/layer"));
+    uint32_t n = 0;
+    while (ls >> e) {
+      if (e >= t.num_experts)
+        return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno, ": expert ", e,
+                                                       " out of range"));
+      t.keys.push_back(layer * t.num_experts + e);
+      ++n;
+    }
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno, ": no experts"));
+    if (tok != last_token) {
+      ++t.num_tokens;
+      last_token = tok;
+    }
+  }
+  return t;
+}
+
+SimResult SimulateLru(const RoutingTrace& t, uint64_t slots) {
+  SimResult r;
+  std::list<uint32_t> lru;  // front = most recent
+  std::unordered_map<uint32_t, std::list<uint32_t>::iterator> pos;
+  for (uint32_t k : t.keys) {
+    ++r.accesses;
+    auto it = pos.find(k);
+    if (it != pos.end()) {
+      ++r.hits;
+      lru.splice(lru.begin(), lru, it->second);
+      continue;
+    }
+    if (slots == 0) continue;
+    if (lru.size() >= slots) {
+      pos.erase(lru.back());
+      lru.pop_back();
+    }
+    lru.push_front(k);
+    pos[k] = lru.begin();
+  }
+  return r;
+}
+
+SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample) {
+  SimResult r;
+  c.accesses_per_token = double(t.num_layers) * t.top_k;
+  HeatPolicy p(t.num_layers, t.num_experts, c);
+  std::vector<int64_t> pos(size_t(t.num_layers) * t.num_experts, -1);
+  std::vector<uint32_t> res;
+  std::mt19937_64 rng(7);
+  for (uint32_t k : t.keys) {
+    ++r.accesses;
+    p.Touch(k);
+    if (pos[k] >= 0) {
+      ++r.hits;
+      continue;
+    }
+    if (slots == 0) continue;
+    if (res.size() >= slots) {
+      size_t best = rng() % res.size();
+      if (res.size() <= size_t(sample)) {
+        for (size_t j = 0; j < res.size(); ++j)
+          if (p.EvictBefore(res[j], res[best])) best = j;
+      } else {
+        for (int i = 1; i < sample; ++i) {
+          size_t j = rng() % res.size();
+          if (p.EvictBefore(res[j], res[best])) best = j;
+        }
+      }
+      pos[res[best]] = -1;
+      if (best + 1 != res.size()) {
+        res[best] = res.back();
+        pos[res[best]] = int64_t(best);
+      }
+      res.pop_back();
+    }
+    pos[k] = int64_t(res.size());
+    res.push_back(k);
+  }
+  return r;
+}
+
+SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots) {
+  SimResult r;
+  const size_t n = t.keys.size();
+  constexpr uint64_t kNever = ~0ull;
+  std::vector<uint64_t> next(n);
+  std::unordered_map<uint32_t, uint64_t> seen;
+  for (size_t i = n; i-- > 0;) {
+    auto it = seen.find(t.keys[i]);
+    next[i] = it == seen.end() ? kNever : it->second;
+    seen[t.keys[i]] = i;
+  }
+  std::set<std::pair<uint64_t, uint32_t>> by_next;  // (next use, key); rbegin = victim
+  std::unordered_map<uint32_t, uint64_t> cur_next;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t k = t.keys[i];
+    ++r.accesses;
+    auto it = cur_next.find(k);
+    if (it != cur_next.end()) {
+      ++r.hits;
+      by_next.erase({it->second, k});
+      it->second = next[i];
+      by_next.insert({next[i], k});
+      continue;
+    }
+    if (slots == 0) continue;
+    if (by_next.size() >= slots) {
+      auto victim = std::prev(by_next.end());
+      // Bypass: if the incoming key is used later than every resident one, don't admit it.
+      if (victim->first <= next[i]) continue;
+      cur_next.erase(victim->second);
+      by_next.erase(victim);
+    }
+    cur_next[k] = next[i];
+    by_next.insert({next[i], k});
+  }
+  return r;
+}
+
+}  // namespace moe::expertstore

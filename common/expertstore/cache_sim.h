@@ -1,0 +1,65 @@
+// Offline cache simulation for `moe bench cache`: replays a routing trace
+// through plain LRU, our HeatPolicy, and Belady's offline optimum (evict the
+// key whose next use is furthest away), all with the same number of
+// equal-size slots, demand fills only.
+//
+// Trace file (text, written by SaveTrace, read by LoadTrace):
+//   moestream-routing-trace 1 <num_layers> <num_experts> <top_k>
+//   <token> <layer> <e0> <e1> ... <e_{k-1}>      (one line per token x layer)
+// Synthetic traces mimic GLM-5 routing: per layer a Zipf popularity over a
+// random permutation of experts, a chance to keep each of the previous
+// token's experts (temporal locality), and topic shifts that re-permute part
+// of the popularity every `phase_tokens` tokens.
+//
+// Thread safety: pure functions over their arguments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/expertstore/policy.h"
+
+namespace moe::expertstore {
+
+struct RoutingTrace {
+  uint32_t num_layers = 0;
+  uint32_t num_experts = 0;
+  uint32_t top_k = 0;
+  uint32_t num_tokens = 0;
+  // Flattened accesses in order: key = layer * num_experts + expert.
+  std::vector<uint32_t> keys;
+};
+
+struct SyntheticTraceConfig {
+  uint32_t num_layers = 75;  // GLM-5: 78 layers, the first 3 dense
+  uint32_t num_experts = 256;
+  uint32_t top_k = 8;
+  uint32_t num_tokens = 2000;
+  double zipf_s = 0.9;
+  double keep_prob = 0.35;   // per expert of the previous token
+  uint32_t phase_tokens = 400;
+  double phase_shuffle = 0.3;  // fraction of popularity ranks re-drawn per phase
+  uint64_t seed = 1;
+};
+
+RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c);
+absl::Status SaveTrace(const RoutingTrace& t, const std::string& path);
+absl::StatusOr<RoutingTrace> LoadTrace(const std::string& path);
+
+struct SimResult {
+  uint64_t accesses = 0;
+  uint64_t hits = 0;
+  double hit_rate() const { return accesses ? double(hits) / double(accesses) : 0.0; }
+};
+
+SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
+// Our policy with sampled eviction (the lowest score among `sample` random
+// residents, as exact scans over thousands of slots per miss make long
+// replays slow; expertd itself scans exactly, which can only do better).
+// accesses_per_token is taken from the trace.
+SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64);
+SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
+
+}  // namespace moe::expertstore

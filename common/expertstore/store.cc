@@ -1,0 +1,556 @@
+#include "common/expertstore/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/aligned_buffer.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/expertstore/crc32c.h"
+
+namespace moe::expertstore {
+
+struct FillState {
+  bool done = false;
+  absl::Status status;
+};
+
+namespace {
+std::string Mib(uint64_t b) {
+  return b >= (16ull << 20) ? absl::StrCat(b >> 20, " MiB") : absl::StrCat(b >> 10, " KiB");
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr<RecordLocator> locator,
+                                                                 const StoreConfig& config) {
+  auto st = std::unique_ptr<ExpertStore>(new ExpertStore());
+  st->cfg_ = config;
+  const int L = locator->num_layers(), E = locator->num_experts();
+  // 1. Record sizes -> size classes.
+  std::map<uint64_t, uint64_t, std::greater<>> size_bytes;  // aligned size -> total bytes
+  uint64_t num_records = 0;
+  for (int l = 0; l < L; ++l) {
+    for (int e = 0; e < E; ++e) {
+      auto loc = locator->Locate(l, e);
+      if (absl::IsNotFound(loc.status())) continue;
+      if (!loc.ok()) return loc.status();
+      uint64_t a = AlignUp(loc->length, kSlabAlign);
+      size_bytes[a] += a;
+      ++num_records;
+    }
+  }
+  if (num_records == 0) return absl::InvalidArgumentError("expert store: the model has no expert records");
+  std::vector<std::pair<uint64_t, uint64_t>> classes;  // (slab bytes, total bytes)
+  for (auto [sz, total] : size_bytes) {
+    if (!classes.empty() && (sz * 5 >= classes.back().first * 4 || classes.size() == size_t(kMaxSizeClasses))) {
+      classes.back().second += total;
+    } else {
+      classes.push_back({sz, total});
+    }
+  }
+  // 2. Budget split: top_k slabs per class first, then proportional shares.
+  uint64_t floor_bytes = 0, all_bytes = 0;
+  for (auto& c : classes) {
+    floor_bytes += c.first * config.top_k;
+    all_bytes += c.second;
+  }
+  if (config.budget_bytes < floor_bytes) {
+    std::string per;
+    for (auto& c : classes) absl::StrAppend(&per, per.empty() ? "" : " + ", config.top_k, " x ", Mib(c.first));
+    return absl::InvalidArgumentError(absl::StrCat("--budget ", config.budget_bytes, " bytes (", Mib(config.budget_bytes),
+                                                   ") is smaller than one layer's top-", config.top_k,
+                                                   " experts: needs at least ", floor_bytes, " bytes (", per, ")"));
+  }
+  ShmGeometry g;
+  g.num_layers = static_cast<uint32_t>(L);
+  g.num_experts = static_cast<uint32_t>(E);
+  g.max_sessions = config.max_sessions;
+  g.model_id = locator->model_id();
+  uint64_t extra = config.budget_bytes - floor_bytes;
+  for (auto& c : classes) {
+    uint64_t share = static_cast<uint64_t>(static_cast<long double>(extra) * c.second / all_bytes);
+    uint64_t n = config.top_k + share / c.first;
+    n = std::min<uint64_t>(n, c.second / c.first);  // never more slabs than records
+    n = std::max<uint64_t>(n, std::min<uint64_t>(config.top_k, c.second / c.first));
+    g.classes.push_back({c.first, static_cast<uint32_t>(n)});
+    st->class_bytes_.push_back(c.first);
+  }
+  // 3. Shared memory.
+  MOE_ASSIGN_OR_RETURN(st->ctl_, ShmRegion::Create("moestream-expertd-ctl", AlignUp(g.control_bytes(), 4096), true));
+  MOE_ASSIGN_OR_RETURN(st->arena_, ShmRegion::Create("moestream-expertd-arena", g.arena_bytes(), config.populate));
+  MOE_ASSIGN_OR_RETURN(st->table_, ExpertTable::Format(st->ctl_.data(), st->ctl_.size(), st->arena_.data(),
+                                                       st->arena_.size(), g));
+  st->priv_.resize(st->table_.num_slabs());
+  // 4. Files.
+  st->files_ = locator->files();
+  for (const auto& f : st->files_) {
+    int dfd = ::open(f.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd < 0 && errno == EINVAL) {
+      MOE_LOG(WARNING) << f << ": O_DIRECT not supported by this file system; reading buffered";
+      dfd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (dfd < 0) return absl::NotFoundError(absl::StrCat("expert shard ", f, ": ", strerror(errno)));
+    st->direct_fds_.push_back(dfd);
+    st->buffered_fds_.push_back(::open(f.c_str(), O_RDONLY | O_CLOEXEC));
+  }
+  // 5. IO engine, registered buffers (one per slab) where allowed.
+  MOE_ASSIGN_OR_RETURN(st->io_, MakeIoEngine(config.io));
+  if (config.io.register_buffers && st->table_.num_slabs() <= 16384) {
+    std::vector<iovec> iov(st->table_.num_slabs());
+    for (uint32_t s = 0; s < iov.size(); ++s) iov[s] = {st->table_.slab_data(s), st->table_.slab(s).capacity};
+    if (auto r = st->io_->RegisterBuffers(iov); !r.ok()) {
+      MOE_LOG(INFO) << "io: buffers not registered (" << r.message() << "); plain reads";
+    }
+  }
+  // 6. Policy and persisted heat.
+  PolicyConfig pc = config.policy;
+  if (pc.accesses_per_token <= 0) {
+    uint32_t moe_layers = 0;
+    for (int l = 0; l < L; ++l) moe_layers += absl::IsNotFound(locator->Locate(l, 0).status()) ? 0 : 1;
+    pc.accesses_per_token = double(std::max<uint32_t>(moe_layers, 1)) * config.top_k;
+  }
+  st->policy_ = HeatPolicy(g.num_layers, g.num_experts, pc);
+  if (!config.heat_file.empty() && ::access(config.heat_file.c_str(), F_OK) == 0) {
+    if (auto r = st->policy_.Load(config.heat_file, g.model_id); !r.ok()) {
+      MOE_LOG(WARNING) << "ignoring heat file: " << r.message();
+    } else {
+      MOE_LOG(INFO) << "loaded heat from " << config.heat_file;
+    }
+  }
+  st->locator_ = std::move(locator);
+  st->stats_.arena_bytes = g.arena_bytes();
+  st->stats_.budget_bytes = g.arena_bytes();
+  std::string cls;
+  for (auto& c : g.classes) absl::StrAppend(&cls, " ", c.num_slabs, "x", Mib(c.slab_bytes));
+  MOE_LOG(INFO) << "expert store: " << num_records << " records, arena " << Mib(g.arena_bytes()) << " in"
+                << cls << ", io " << st->io_->name() << " qd " << st->io_->queue_depth();
+  return st;
+}
+
+ExpertStore::~ExpertStore() {
+  io_.reset();  // waits for in-flight reads (their callbacks take mu_)
+  if (!cfg_.heat_file.empty()) {
+    if (auto s = SaveHeat(); !s.ok()) {
+      MOE_LOG(WARNING) << s.message();
+    }
+  }
+  for (int fd : direct_fds_) ::close(fd);
+  for (int fd : buffered_fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+uint32_t ExpertStore::ClassOf(uint64_t length) const {
+  uint64_t a = AlignUp(length, kSlabAlign);
+  // Classes are sorted by size, largest first; pick the smallest that fits.
+  uint32_t best = 0;
+  for (uint32_t c = 0; c < class_bytes_.size(); ++c)
+    if (class_bytes_[c] >= a) best = c;
+  return best;
+}
+
+absl::StatusOr<ExpertStore::Session> ExpertStore::OpenSession(uint32_t pid) {
+  std::lock_guard<std::mutex> l(mu_);
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  for (uint32_t s = 0; s < table_.max_sessions(); ++s) {
+    auto& h = table_.session(s);
+    if (h.state.load() != kSessionFree) continue;
+    uint64_t token = rng() | 1;
+    auto* cnt = table_.session_counts(s);
+    for (uint32_t i = 0; i < table_.num_slabs(); ++i) cnt[i].store(0);
+    h.pid = pid;
+    h.token.store(token);
+    h.shm_hits.store(0);
+    h.shm_misses.store(0);
+    h.state.store(kSessionAttached, std::memory_order_release);
+    stats_.sessions++;
+    return Session{s, token};
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("expertd: all ", table_.max_sessions(),
+                                                   " worker sessions are in use (--max-sessions)"));
+}
+
+absl::Status ExpertStore::CheckSession(uint32_t index, uint64_t token) const {
+  if (index >= table_.max_sessions() || table_.session(index).state.load() != kSessionAttached ||
+      table_.session(index).token.load() != token)
+    return absl::FailedPreconditionError(absl::StrCat("expertd: session ", index, " is not attached (detached, "
+                                                      "reclaimed after the worker's socket closed, or bad token)"));
+  return absl::OkStatus();
+}
+
+void ExpertStore::CloseSession(uint32_t index) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (index >= table_.max_sessions() || table_.session(index).state.load() == kSessionFree) return;
+  stats_.shm_hits += table_.session(index).shm_hits.load();
+  table_.ReclaimSession(index);
+  stats_.sessions--;
+  cv_.notify_all();
+}
+
+int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative) {
+  const auto& c = table_.header().classes[cls];
+  int64_t free_slab = -1;
+  std::vector<uint32_t> cands;
+  for (uint32_t s = c.first_slab; s < c.first_slab + c.num_slabs; ++s) {
+    uint32_t state = CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed));
+    if (state == kSlabFree && !priv_[s].to_disable) {
+      free_slab = s;
+      break;
+    }
+    if (state != kSlabReady || priv_[s].claims != 0) continue;
+    uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
+    uint32_t pk = policy_.index(KeyLayer(k), KeyExpert(k));
+    if (policy_.pinned(pk)) continue;
+    cands.push_back(s);
+  }
+  if (free_slab >= 0) return free_slab;
+  // Min-heap of (score, last access) so a leased candidate costs only a pop.
+  struct Cand {
+    double score;
+    uint64_t last;
+    uint32_t slab;
+  };
+  std::vector<Cand> heap;
+  heap.reserve(cands.size());
+  for (uint32_t s : cands) {
+    uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
+    uint32_t pk = policy_.index(KeyLayer(k), KeyExpert(k));
+    heap.push_back(Cand{policy_.Score(pk), policy_.last_access(pk), s});
+  }
+  auto hotter = [](const Cand& a, const Cand& b) { return a.score > b.score || (a.score == b.score && a.last > b.last); };
+  std::make_heap(heap.begin(), heap.end(), hotter);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), hotter);
+    Cand c = heap.back();
+    heap.pop_back();
+    // Admission: a hint never evicts a key hotter than what it brings; the
+    // heap yields the coldest first, so the rest are hotter too.
+    if (!policy_.Admits(key, speculative, c.score)) return -1;
+    if (table_.TryEvict(c.slab)) {
+      stats_.evictions++;
+      priv_[c.slab].prefetched = false;
+      return c.slab;
+    }
+  }
+  return -1;
+}
+
+std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int layer, const std::vector<int>& ids) {
+  std::vector<absl::StatusOr<uint32_t>> out(ids.size(), absl::UnknownError("not fetched"));
+  std::vector<int> pending(ids.size(), -1);  // slab index we wait on
+  std::vector<std::shared_ptr<FillState>> fills(ids.size());
+  std::vector<StartRead> reads;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (session >= table_.max_sessions() || table_.session(session).state.load() != kSessionAttached) {
+    for (auto& o : out) o = absl::FailedPreconditionError("expertd: session is not attached");
+    return out;
+  }
+  HarvestLocked();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg_.wait_ms);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int id = ids[i];
+    auto loc = locator_->Locate(layer, id);
+    if (!loc.ok()) {
+      out[i] = loc.status();
+      continue;
+    }
+    stats_.requests++;
+    uint32_t pk = policy_.index(layer, id);
+    policy_.Touch(pk);
+    for (;;) {
+      uint32_t sp1 = table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed);
+      if (sp1 != 0) {
+        uint32_t s = sp1 - 1;
+        uint32_t state = CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed));
+        if (state == kSlabReady) {
+          table_.LeaseForSession(session, s);
+          stats_.tier[int(TierId::kRam)].hits++;
+          stats_.tier[int(TierId::kRam)].bytes += table_.slab(s).length;
+          if (priv_[s].prefetched) {
+            stats_.prefetch_used++;
+            priv_[s].prefetched = false;
+          }
+          out[i] = s;
+          break;
+        }
+        if (state == kSlabFilling) {
+          if (priv_[s].prefetched) {
+            stats_.prefetch_used++;
+            priv_[s].prefetched = false;
+          }
+          stats_.joined_inflight++;
+          priv_[s].claims++;
+          pending[i] = static_cast<int>(s);
+          fills[i] = priv_[s].fill;
+          break;
+        }
+      }
+      int64_t s = AllocateLocked(ClassOf(loc->length), pk, false);
+      if (s >= 0) {
+        table_.BeginFill(static_cast<uint32_t>(s), layer, id);
+        auto fill = std::make_shared<FillState>();
+        priv_[s].fill = fill;
+        priv_[s].claims = 1;
+        priv_[s].prefetched = false;
+        pending[i] = static_cast<int>(s);
+        fills[i] = fill;
+        reads.push_back(StartRead{static_cast<uint32_t>(s), *loc, fill});
+        break;
+      }
+      // Every slab of the class is leased, claimed or filling: start what we
+      // have, then wait for releases (workers release in shared memory, so poll).
+      if (!reads.empty()) {
+        lk.unlock();
+        StartReads(std::move(reads));
+        reads.clear();
+        lk.lock();
+      }
+      if (cv_.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(2))) ==
+              std::cv_status::timeout &&
+          std::chrono::steady_clock::now() >= deadline) {
+        out[i] = absl::ResourceExhaustedError(
+            absl::StrCat("expertd: no free slab for (layer ", layer, ", id ", id, ") within ", cfg_.wait_ms,
+                         " ms: every slab of its size class is leased; release leases or raise --budget"));
+        break;
+      }
+    }
+  }
+  if (!reads.empty()) {
+    lk.unlock();
+    StartReads(std::move(reads));
+    lk.lock();
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (pending[i] < 0) continue;
+    uint32_t s = static_cast<uint32_t>(pending[i]);
+    cv_.wait(lk, [&] { return fills[i]->done; });
+    priv_[s].claims--;
+    if (fills[i]->status.ok()) {
+      table_.LeaseForSession(session, s);
+      out[i] = s;
+    } else {
+      out[i] = fills[i]->status;
+    }
+  }
+  return out;
+}
+
+void ExpertStore::StartReads(std::vector<StartRead> reads) {
+  for (auto& r : reads) {
+    auto t0 = std::chrono::steady_clock::now();
+    uint8_t* dest = table_.slab_data(r.slab);
+    uint64_t io_len = AlignUp(r.loc.length, kDirectIoAlign);
+    if (cfg_.page_cache_tier && buffered_fds_[r.loc.file] >= 0) {
+      iovec v{dest, r.loc.length};
+      ssize_t n = ::preadv2(buffered_fds_[r.loc.file], &v, 1, static_cast<off_t>(r.loc.offset), RWF_NOWAIT);
+      if (n == ssize_t(r.loc.length)) {
+        OnReadDone(r.slab, r.loc, r.fill, absl::OkStatus(), TierId::kPageCache, t0);
+        continue;
+      }
+    }
+    ReadOp op;
+    op.fd = direct_fds_[r.loc.file];
+    op.offset = r.loc.offset;
+    op.length = r.loc.length;
+    op.io_length = io_len;
+    op.dest = dest;
+    op.buf_index = io_->buffers_registered() ? static_cast<int>(r.slab) : -1;
+    op.label = absl::StrCat(files_[r.loc.file], " record (layer ", KeyLayer(table_.slab(r.slab).key.load()),
+                            ", id ", KeyExpert(table_.slab(r.slab).key.load()), ")");
+    uint32_t slab = r.slab;
+    RecordLocation loc = r.loc;
+    auto fill = r.fill;
+    io_->Submit(std::move(op), [this, slab, loc, fill, t0](absl::Status s) {
+      OnReadDone(slab, loc, fill, std::move(s), TierId::kDisk, t0);
+    });
+  }
+}
+
+void ExpertStore::OnReadDone(uint32_t slab, const RecordLocation& loc, std::shared_ptr<FillState> fill,
+                             absl::Status s, TierId tier, std::chrono::steady_clock::time_point t0) {
+  uint8_t* data = table_.slab_data(slab);
+  if (s.ok()) {
+    uint32_t crc = Crc32c(0, data, loc.length);
+    if (crc != loc.crc32c) {
+      s = absl::DataLossError(absl::StrCat("checksum mismatch in ", files_[loc.file], " record at offset ", loc.offset,
+                                           " (", loc.length, " bytes): crc32c ", crc, " != expected ", loc.crc32c,
+                                           " (corrupt shard)"));
+    }
+  }
+  uint64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> l(mu_);
+  if (s.ok()) {
+    table_.Publish(slab, loc.length, loc.crc32c, loc.num_parts, loc.part_offsets, ns);
+    stats_.tier[int(tier)].hits++;
+    stats_.tier[int(tier)].bytes += loc.length;
+    priv_[slab].source = tier;
+  } else {
+    MOE_LOG(ERROR) << s.message();
+    table_.Abort(slab);
+    stats_.read_errors++;
+    priv_[slab].prefetched = false;
+  }
+  if (priv_[slab].fill == fill && priv_[slab].prefetch_fill) {
+    priv_[slab].prefetch_fill = false;
+    prefetch_inflight_--;
+  }
+  fill->status = s;
+  fill->done = true;
+  cv_.notify_all();
+}
+
+int ExpertStore::Hint(int layer, const std::vector<int>& ids) {
+  std::vector<StartRead> reads;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    uint32_t max_inflight = cfg_.max_prefetch_inflight ? cfg_.max_prefetch_inflight : 2 * io_->queue_depth();
+    for (int id : ids) {
+      auto loc = locator_->Locate(layer, id);
+      if (!loc.ok()) continue;
+      if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) continue;  // resident or filling
+      if (prefetch_inflight_ >= max_inflight) break;
+      uint32_t pk = policy_.index(layer, id);
+      int64_t s = AllocateLocked(ClassOf(loc->length), pk, true);
+      if (s < 0) {
+        stats_.prefetch_refused++;
+        continue;
+      }
+      table_.BeginFill(static_cast<uint32_t>(s), layer, id);
+      auto fill = std::make_shared<FillState>();
+      priv_[s].fill = fill;
+      priv_[s].claims = 0;
+      priv_[s].prefetched = true;
+      priv_[s].prefetch_fill = true;
+      prefetch_inflight_++;
+      stats_.prefetch_issued++;
+      reads.push_back(StartRead{static_cast<uint32_t>(s), *loc, fill});
+    }
+  }
+  int n = static_cast<int>(reads.size());
+  StartReads(std::move(reads));
+  return n;
+}
+
+absl::Status ExpertStore::Pin(int layer, int expert, bool pinned) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!table_.ValidKey(layer, expert))
+    return absl::InvalidArgumentError(absl::StrCat("invalid expert (layer ", layer, ", id ", expert, ")"));
+  policy_.SetPinned(policy_.index(layer, expert), pinned);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ExpertStore::SetBudget(uint64_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t arena = stats_.arena_bytes;
+  if (bytes > arena)
+    return absl::InvalidArgumentError(absl::StrCat("budget ", bytes, " exceeds the arena (", arena,
+                                                   " bytes) sized at start; restart expertd to grow it"));
+  const auto& h = table_.header();
+  uint64_t active = 0;
+  for (uint32_t c = 0; c < h.num_classes; ++c) {
+    uint64_t n = static_cast<uint64_t>(static_cast<long double>(h.classes[c].num_slabs) * bytes / arena);
+    n = std::max<uint64_t>(n, std::min<uint64_t>(cfg_.top_k, h.classes[c].num_slabs));
+    for (uint32_t i = 0; i < h.classes[c].num_slabs; ++i) {
+      uint32_t s = h.classes[c].first_slab + i;
+      bool disable = i >= n;
+      priv_[s].to_disable = disable;
+      if (!disable && CtlState(table_.slab(s).ctl.load()) == kSlabDisabled) table_.SetDisabled(s, false);
+    }
+    active += n * h.classes[c].slab_bytes;
+  }
+  ApplyDisableLocked();
+  stats_.budget_bytes = active;
+  return active;
+}
+
+void ExpertStore::ApplyDisableLocked() {
+  for (uint32_t s = 0; s < table_.num_slabs(); ++s) {
+    if (!priv_[s].to_disable) continue;
+    uint32_t state = CtlState(table_.slab(s).ctl.load());
+    if (state == kSlabReady && priv_[s].claims == 0 && table_.TryEvict(s)) state = kSlabFree;
+    if (state == kSlabFree) table_.SetDisabled(s, true);
+  }
+}
+
+void ExpertStore::HarvestLocked() {
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_harvest_ < std::chrono::milliseconds(20)) return;
+  last_harvest_ = now;
+  for (uint32_t l = 0; l < table_.num_layers(); ++l) {
+    for (uint32_t e = 0; e < table_.num_experts(); ++e) {
+      uint32_t n = table_.entry(int(l), int(e)).hits.exchange(0, std::memory_order_relaxed);
+      if (n) policy_.Touch(policy_.index(int(l), int(e)), n);
+    }
+  }
+}
+
+void ExpertStore::Maintain() {
+  std::lock_guard<std::mutex> l(mu_);
+  HarvestLocked();
+  ApplyDisableLocked();
+  cv_.notify_all();  // waiters re-check for slabs released in shared memory
+}
+
+StoreStats ExpertStore::Stats() {
+  std::lock_guard<std::mutex> l(mu_);
+  StoreStats s = stats_;
+  for (uint32_t i = 0; i < table_.max_sessions(); ++i) {
+    if (table_.session(i).state.load() == kSessionAttached) s.shm_hits += table_.session(i).shm_hits.load();
+  }
+  s.tier[int(TierId::kRam)].hits += s.shm_hits;
+  s.slabs_total = table_.num_slabs();
+  for (uint32_t i = 0; i < table_.num_slabs(); ++i) {
+    uint32_t st = CtlState(table_.slab(i).ctl.load());
+    if (st != kSlabDisabled) s.slabs_active++;
+    if (st == kSlabReady) {
+      s.slabs_ready++;
+      s.resident_bytes += table_.slab(i).capacity;
+      if (table_.LeaseCount(i)) s.slabs_leased++;
+    }
+    if (st == kSlabFilling) s.slabs_filling++;
+  }
+  auto io = io_->stats();
+  s.io_engine = io_->name();
+  s.queue_depth = io_->queue_depth();
+  s.io_inflight = io.inflight_chunks;
+  s.read_gbps = io.busy_ns ? double(io.bytes) / double(io.busy_ns) : 0.0;
+  return s;
+}
+
+std::vector<HeatEntry> ExpertStore::Heat() {
+  std::lock_guard<std::mutex> l(mu_);
+  HarvestLocked();
+  std::vector<HeatEntry> out;
+  out.reserve(size_t(table_.num_layers()) * table_.num_experts());
+  for (uint32_t l = 0; l < table_.num_layers(); ++l) {
+    for (uint32_t e = 0; e < table_.num_experts(); ++e) {
+      uint32_t pk = policy_.index(int(l), int(e));
+      HeatEntry h{int(l), int(e), policy_.Heat(pk), false, false, policy_.pinned(pk), 0};
+      uint32_t sp1 = table_.entry(int(l), int(e)).slab_plus1.load();
+      if (sp1) {
+        uint32_t st = CtlState(table_.slab(sp1 - 1).ctl.load());
+        h.resident = st == kSlabReady;
+        h.filling = st == kSlabFilling;
+        h.leases = static_cast<uint32_t>(table_.LeaseCount(sp1 - 1));
+      }
+      out.push_back(h);
+    }
+  }
+  return out;
+}
+
+absl::Status ExpertStore::SaveHeat() {
+  if (cfg_.heat_file.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> l(mu_);
+  HarvestLocked();
+  return policy_.Save(cfg_.heat_file, locator_->model_id());
+}
+
+}  // namespace moe::expertstore

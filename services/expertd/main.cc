@@ -1,0 +1,132 @@
+// expertd: the per-host expert cache service. Flags and wiring only; the
+// logic lives in common/expertstore (ExpertStore) and ExpertdService.
+//
+//   expertd --manifest DIR/experts.manifest --socket /run/moe/expertd.sock
+//           --budget 12G [--top-k 8] [--queue-depth 8] [--io auto|uring|pread]
+//           [--heat-file FILE] [--metrics-addr 127.0.0.1:9464]
+//
+// Listens only on a unix socket (gRPC) plus SOCKET.session (fd passing and
+// worker liveness). SIGTERM/SIGINT: stop accepting, finish in-flight calls
+// (2 s grace), save heat, exit 0.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "common/base/flags.h"
+#include "common/base/log.h"
+#include "common/expertstore/record_locator.h"
+#include "common/expertstore/store.h"
+#include "services/expertd/expertd_service.h"
+#include "services/expertd/metrics.h"
+#include "services/expertd/session_channel.h"
+
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "expertd: %s\n", std::string(s.message()).c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int Main(int argc, char** argv) {
+  using namespace moe;
+  std::string manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, log_level = "info";
+  uint64_t budget = 0, chunk = 2ull << 20;
+  int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000;
+  bool page_cache = true, populate = false, register_buffers = true;
+  FlagSet flags("expertd", "Serve routed experts from a shared-memory cache to inference workers.");
+  flags.AddString("manifest", &manifest, "expert record manifest (until the container reader lands)");
+  flags.AddString("socket", &socket_path, "unix socket path for gRPC (SOCKET.session is used too)");
+  flags.AddBytes("budget", &budget, "bytes of shared memory for expert slabs (sized once at start)");
+  flags.AddInt("top-k", &top_k, "experts per layer per token; the budget must hold one layer's top-k");
+  flags.AddInt("queue-depth", &qd, "reads in flight");
+  flags.AddBytes("chunk", &chunk, "bytes per read request (records are split into chunks)");
+  flags.AddString("io", &io_kind, "io engine: auto (io_uring, else pread), uring, pread");
+  flags.AddBool("register-buffers", &register_buffers, "register slabs as io_uring fixed buffers");
+  flags.AddBool("page-cache", &page_cache, "serve records already in the OS page cache without disk reads");
+  flags.AddBool("populate", &populate, "pre-fault the arena at start");
+  flags.AddInt("max-sessions", &max_sessions, "worker sessions");
+  flags.AddInt("wait-ms", &wait_ms, "how long a fetch waits for a slab when all are leased");
+  flags.AddString("heat-file", &heat_file, "persist heat here (loaded at start, saved at exit)");
+  flags.AddString("metrics-addr", &metrics_addr, "Prometheus /metrics address, e.g. 127.0.0.1:9464 (off if empty)");
+  flags.AddString("log-level", &log_level, "debug, info, warning, error");
+  if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail(s);
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  LogLevel lvl;
+  if (!ParseLogLevel(log_level, &lvl)) return Fail(absl::InvalidArgumentError("--log-level: unknown level"));
+  SetLogLevel(lvl);
+  if (manifest.empty()) return Fail(absl::InvalidArgumentError("--manifest is required"));
+  if (socket_path.empty()) return Fail(absl::InvalidArgumentError("--socket is required (a unix socket path)"));
+  if (budget == 0) return Fail(absl::InvalidArgumentError("--budget is required (e.g. --budget 12G)"));
+  if (top_k < 1 || max_sessions < 1 || max_sessions > 4096)
+    return Fail(absl::InvalidArgumentError("--top-k / --max-sessions out of range"));
+
+  // Block the stop signals before any thread starts; main waits for them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto locator = expertstore::ManifestLocator::Load(manifest);
+  if (!locator.ok()) return Fail(locator.status());
+  expertstore::StoreConfig cfg;
+  cfg.budget_bytes = budget;
+  cfg.top_k = static_cast<uint32_t>(top_k);
+  cfg.max_sessions = static_cast<uint32_t>(max_sessions);
+  cfg.io.queue_depth = static_cast<int>(qd);
+  cfg.io.chunk_bytes = chunk;
+  cfg.io.register_buffers = register_buffers;
+  auto kind = expertstore::ParseIoKind(io_kind);
+  if (!kind.ok()) return Fail(kind.status());
+  cfg.io.kind = *kind;
+  cfg.page_cache_tier = page_cache;
+  cfg.populate = populate;
+  cfg.heat_file = heat_file;
+  cfg.wait_ms = wait_ms;
+  auto store = expertstore::ExpertStore::Create(std::move(*locator), cfg);
+  if (!store.ok()) return Fail(store.status());
+
+  expertd::SessionChannel channel(store->get(), socket_path + ".session");
+  if (auto s = channel.Start(); !s.ok()) return Fail(s);
+  std::unique_ptr<expertd::MetricsExporter> metrics;
+  if (!metrics_addr.empty()) {
+    auto m = expertd::MetricsExporter::Start(store->get(), metrics_addr);
+    if (!m.ok()) return Fail(m.status());
+    metrics = std::move(*m);
+    MOE_LOG(INFO) << "metrics on http://" << metrics_addr << "/metrics";
+  }
+  expertd::ExpertdService service(store->get(), &channel);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return Fail(absl::UnavailableError("cannot listen on unix:" + socket_path));
+  MOE_LOG(INFO) << "expertd serving on unix:" << socket_path;
+  std::printf("expertd ready %s\n", socket_path.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  MOE_LOG(INFO) << "signal " << sig << ": shutting down";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  channel.Stop();
+  metrics.reset();
+  if (auto s = (*store)->SaveHeat(); !s.ok()) {
+    MOE_LOG(WARNING) << s.message();
+  }
+  store->reset();
+  ::unlink(socket_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Main(argc, argv); }

@@ -1,0 +1,252 @@
+// Starts the real expertd binary on a unix socket and drives it with real
+// worker processes (expertd_test_worker) and an in-process client.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/expertstore/crc32c.h"
+#include "services/expertd/client.h"
+#include "tests/expertstore/synthetic_model.h"
+
+extern char** environ;
+
+namespace moe::expertd {
+namespace {
+
+using expertstore::testing::MakeTempDir;
+using expertstore::testing::WriteSyntheticModel;
+
+constexpr uint64_t kRec = 60 * 1024;  // 60 KiB records, 60 KiB slabs
+const std::string kBin = MOE_BINARY_DIR "/services/expertd/expertd";
+const std::string kWorker = MOE_BINARY_DIR "/tests/expertd/expertd_test_worker";
+
+struct Proc {
+  pid_t pid = -1;
+  FILE* out = nullptr;  // child's stdout
+  std::string err_path;
+  int Wait() {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    pid = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  std::string Line() {
+    char buf[4096];
+    return std::fgets(buf, sizeof buf, out) ? std::string(buf) : std::string();
+  }
+  std::string Stderr() const {
+    std::ifstream f(err_path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  ~Proc() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      Wait();
+    }
+    if (out) std::fclose(out);
+  }
+};
+
+std::unique_ptr<Proc> Spawn(const std::vector<std::string>& args, const std::string& err_path) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return nullptr;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  auto proc = std::make_unique<Proc>();
+  proc->err_path = err_path;
+  int r = posix_spawn(&proc->pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(p[1]);
+  if (r != 0) {
+    ::close(p[0]);
+    return nullptr;
+  }
+  proc->out = ::fdopen(p[0], "r");
+  return proc;
+}
+
+class ExpertdIntegration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("expertd");
+    model_ = WriteSyntheticModel(dir_, 4, 16, [](int, int) { return kRec; }, 2, "it-model");
+    sock_ = dir_ + "/expertd.sock";
+  }
+  // Starts expertd with `slabs` slabs of budget; waits for "expertd ready".
+  std::unique_ptr<Proc> StartExpertd(uint64_t slabs, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {kBin, "--manifest", model_.manifest, "--socket", sock_, "--budget",
+                                     std::to_string(slabs * kRec), "--top-k", "2", "--queue-depth", "4",
+                                     "--heat-file", dir_ + "/heat.bin", "--wait-ms", "3000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = Spawn(args, dir_ + "/expertd.err");
+    if (!p) return nullptr;
+    std::string line = p->Line();
+    EXPECT_NE(line.find("expertd ready"), std::string::npos) << line << p->Stderr();
+    return p;
+  }
+  uint32_t Crc(int layer, int expert) {
+    for (auto& [k, r] : model_.recs)
+      if (k.first == layer && k.second == expert) return r.crc32c;
+    return 0;
+  }
+  std::string dir_, sock_;
+  expertstore::testing::SyntheticModel model_;
+};
+
+TEST_F(ExpertdIntegration, TwoWorkerProcessesShareOneCache) {
+  auto d = StartExpertd(16);
+  ASSERT_TRUE(d);
+  auto w1 = Spawn({kWorker, sock_, "fetch", "1", "0", "3", "5", "9"}, dir_ + "/w1.err");
+  std::vector<std::string> lines1;
+  for (std::string l; !(l = w1->Line()).empty();) lines1.push_back(l);
+  ASSERT_EQ(w1->Wait(), 0) << w1->Stderr();
+  ASSERT_EQ(lines1.size(), 4u);
+  char want[32];
+  std::snprintf(want, sizeof want, "ok 3 %08x\n", Crc(1, 3));
+  EXPECT_EQ(lines1[1], want);
+
+  auto admin = ExpertdClient::ConnectAdmin(sock_);
+  ASSERT_TRUE(admin.ok());
+  auto s1 = (*admin)->Stats();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  uint64_t disk1 = s1->tiers(3).hits() + s1->tiers(2).hits();
+  EXPECT_EQ(disk1, 4u);
+
+  // Second process: the same experts are hits now (shared memory, no reads).
+  auto w2 = Spawn({kWorker, sock_, "fetch", "1", "0", "3", "5", "9"}, dir_ + "/w2.err");
+  std::vector<std::string> lines2;
+  for (std::string l; !(l = w2->Line()).empty();) lines2.push_back(l);
+  ASSERT_EQ(w2->Wait(), 0);
+  EXPECT_EQ(lines2, lines1);
+  auto s2 = (*admin)->Stats();
+  EXPECT_EQ(s2->tiers(3).hits() + s2->tiers(2).hits(), disk1);  // no new reads
+  EXPECT_EQ(s2->slabs_ready(), 4u);                              // memory counted once
+  EXPECT_EQ(s2->resident_bytes(), 4 * kRec);
+  EXPECT_GE(s2->shm_hits(), 4u);
+
+  auto heat = (*admin)->Heat();
+  ASSERT_TRUE(heat.ok());
+  EXPECT_EQ(heat->heat_size(), 4 * 16);
+  EXPECT_EQ(heat->placement(16 + 3) & 1u, 1u);
+  EXPECT_GT(heat->heat(16 + 3), 0.0);
+
+  ::kill(d->pid, SIGTERM);
+  EXPECT_EQ(d->Wait(), 0) << d->Stderr();
+  EXPECT_EQ(::access((dir_ + "/heat.bin").c_str(), F_OK), 0);  // heat persisted on SIGTERM
+}
+
+TEST_F(ExpertdIntegration, KilledWorkerReleasesItsLeasesWithinOneSecond) {
+  auto d = StartExpertd(2);  // exactly one layer's top-2
+  ASSERT_TRUE(d);
+  auto holder = Spawn({kWorker, sock_, "hold", "0", "1", "2"}, dir_ + "/hold.err");
+  std::string l;
+  while (!(l = holder->Line()).empty() && l.rfind("held", 0) != 0) {
+  }
+  ASSERT_EQ(l, "held 2\n") << holder->Stderr();
+  auto c = ExpertdClient::Connect(sock_, "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ::kill(holder->pid, SIGKILL);
+  holder->Wait();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = (*c)->Acquire(2, {7, 8});  // needs both slabs: waits for the reclaim
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r[0].ok()) << r[0].status();
+  ASSERT_TRUE(r[1].ok()) << r[1].status();
+  EXPECT_LT(secs, 1.0);
+  EXPECT_EQ(expertstore::Crc32c(0, r[1]->data, r[1]->length), Crc(2, 8));
+  (*c)->Release(*r[0]);
+  (*c)->Release(*r[1]);
+}
+
+TEST_F(ExpertdIntegration, InvalidIdsAndLayersAreRejected) {
+  auto d = StartExpertd(8);
+  ASSERT_TRUE(d);
+  auto c = ExpertdClient::Connect(sock_);
+  ASSERT_TRUE(c.ok());
+  auto r = (*c)->Acquire(0, {16, -3, 2, 70000});
+  EXPECT_EQ(r[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(r[2].ok());
+  EXPECT_EQ(r[3].status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad_layer = (*c)->Acquire(9, {0});
+  EXPECT_EQ(bad_layer[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad_layer[0].status().message()).find("invalid layer 9"), std::string::npos);
+  EXPECT_EQ((*c)->Pin(9, 0, true).code(), absl::StatusCode::kInvalidArgument);
+  (*c)->Release(*r[2]);
+  EXPECT_EQ(::kill(d->pid, 0), 0);  // still serving
+}
+
+TEST_F(ExpertdIntegration, CorruptAndTruncatedShardsFailOnlyTheirRecords) {
+  // Corrupt (layer 0, expert 4) in shard 0; truncate shard 1 inside (layer 3, 15).
+  const auto& bad = model_.recs[4].second;
+  int fd = ::open(model_.files[0].c_str(), O_WRONLY);
+  uint8_t x = 0xee;
+  ASSERT_EQ(::pwrite(fd, &x, 1, bad.offset + 5), 1);
+  ::close(fd);
+  const auto& last = model_.recs.back().second;
+  ASSERT_EQ(::truncate(model_.files[1].c_str(), last.offset + 4096), 0);
+  auto d = StartExpertd(8, {"--no-page-cache"});
+  ASSERT_TRUE(d);
+  auto c = ExpertdClient::Connect(sock_);
+  ASSERT_TRUE(c.ok());
+  auto r = (*c)->Acquire(0, {3, 4});
+  EXPECT_TRUE(r[0].ok());
+  EXPECT_EQ(r[1].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(r[1].status().message()).find("checksum mismatch"), std::string::npos);
+  auto t = (*c)->Acquire(3, {15, 14});
+  EXPECT_EQ(t[0].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(t[0].status().message()).find("short read"), std::string::npos) << t[0].status();
+  EXPECT_TRUE(t[1].ok());
+  auto s = (*c)->Stats();
+  EXPECT_EQ(s->read_errors(), 2u);
+}
+
+TEST_F(ExpertdIntegration, BudgetBelowOneLayersTopKIsRefusedAtStart) {
+  auto p = Spawn({kBin, "--manifest", model_.manifest, "--socket", sock_, "--budget", std::to_string(kRec),
+                  "--top-k", "2"},
+                 dir_ + "/refused.err");
+  EXPECT_EQ(p->Wait(), 2);
+  std::string err = p->Stderr();
+  EXPECT_NE(err.find("smaller than one layer's top-2"), std::string::npos) << err;
+}
+
+TEST_F(ExpertdIntegration, AdminPinBudgetAndMetrics) {
+  auto d = StartExpertd(8, {"--metrics-addr", "127.0.0.1:0"});
+  ASSERT_TRUE(d);
+  auto c = ExpertdClient::Connect(sock_);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->Pin(1, 1, true).ok());
+  auto b = (*c)->SetBudget(4 * kRec);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, 4 * kRec);
+  EXPECT_EQ((*c)->SetBudget(100 * kRec).status().code(), absl::StatusCode::kInvalidArgument);
+  auto s = (*c)->Stats();
+  EXPECT_EQ(s->slabs_active(), 4u);
+  auto h = (*c)->Heat();
+  EXPECT_EQ(h->placement(16 + 1) & 4u, 4u);
+  // Wildcard metric binds are refused.
+  auto p = Spawn({kBin, "--manifest", model_.manifest, "--socket", dir_ + "/x.sock", "--budget", "1M",
+                  "--top-k", "2", "--metrics-addr", "0.0.0.0:9464"},
+                 dir_ + "/wild.err");
+  EXPECT_EQ(p->Wait(), 2);
+  EXPECT_NE(p->Stderr().find("wildcard"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moe::expertd

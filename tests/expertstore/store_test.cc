@@ -1,0 +1,285 @@
+#include "common/expertstore/store.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "tests/expertstore/synthetic_model.h"
+
+namespace moe::expertstore {
+namespace {
+
+using testing::CheckRecordBytes;
+using testing::MakeTempDir;
+using testing::WriteSyntheticModel;
+
+constexpr uint64_t kRec = 48 * 1024 + 100;  // 52 KiB slabs
+constexpr uint64_t kSlab = 52 * 1024;
+
+std::unique_ptr<ExpertStore> MakeStore(const testing::SyntheticModel& m, uint64_t slabs, StoreConfig c = {}) {
+  auto loc = ManifestLocator::Load(m.manifest);
+  EXPECT_TRUE(loc.ok()) << loc.status();
+  c.budget_bytes = slabs * kSlab;
+  c.top_k = 2;
+  c.io.queue_depth = 4;
+  c.io.chunk_bytes = 16384;
+  if (c.wait_ms == 10000) c.wait_ms = 300;
+  auto st = ExpertStore::Create(std::move(*loc), c);
+  EXPECT_TRUE(st.ok()) << st.status();
+  return st.ok() ? std::move(*st) : nullptr;
+}
+
+TEST(ExpertStore, FetchReadsVerifiesAndLeases) {
+  auto m = WriteSyntheticModel(MakeTempDir("store"), 3, 8, [](int, int) { return kRec; });
+  auto st = MakeStore(m, 10);
+  auto sess = st->OpenSession(getpid());
+  ASSERT_TRUE(sess.ok());
+  auto r = st->Fetch(sess->index, 1, {0, 5, 7});
+  for (size_t i = 0; i < r.size(); ++i) {
+    ASSERT_TRUE(r[i].ok()) << r[i].status();
+    Lease l;
+    st->table().Describe(*r[i], &l);
+    EXPECT_EQ(l.layer, 1);
+    EXPECT_EQ(l.length, kRec);
+    EXPECT_TRUE(CheckRecordBytes(l.data, 1, std::vector<int>{0, 5, 7}[i], kRec));
+    st->table().Release(sess->index, *r[i]);
+  }
+  // Now a shared-memory hit, no store call.
+  auto hit = st->table().TryLease(sess->index, 1, 5);
+  ASSERT_TRUE(hit);
+  EXPECT_TRUE(CheckRecordBytes(hit->data, 1, 5, kRec));
+  st->table().Release(sess->index, hit->slab);
+  auto stats = st->Stats();
+  EXPECT_EQ(stats.requests, 3u);
+  EXPECT_EQ(stats.tier[int(TierId::kDisk)].hits + stats.tier[int(TierId::kPageCache)].hits, 3u);
+  EXPECT_EQ(stats.shm_hits, 1u);
+  EXPECT_EQ(stats.slabs_ready, 3u);
+}
+
+TEST(ExpertStore, EvictsUnderASmallBudgetAndStillReturnsCorrectBytes) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_small"), 4, 8, [](int, int) { return kRec; });
+  StoreConfig c;
+  c.page_cache_tier = false;  // force the O_DIRECT path
+  auto st = MakeStore(m, 4, c);
+  auto sess = st->OpenSession(1);
+  for (int round = 0; round < 3; ++round) {
+    for (int l = 0; l < 4; ++l) {
+      auto r = st->Fetch(sess->index, l, {l, (l + 3) % 8});
+      for (size_t i = 0; i < 2; ++i) {
+        ASSERT_TRUE(r[i].ok()) << r[i].status();
+        Lease x;
+        st->table().Describe(*r[i], &x);
+        EXPECT_TRUE(CheckRecordBytes(x.data, l, i == 0 ? l : (l + 3) % 8, kRec));
+        st->table().Release(sess->index, *r[i]);
+      }
+    }
+  }
+  auto s = st->Stats();
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_LE(s.slabs_ready, 4u);
+  EXPECT_GT(s.tier[int(TierId::kDisk)].bytes, 0u);
+}
+
+TEST(ExpertStore, LeasedSlabsBlockEvictionUntilReleased) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_lease"), 2, 8, [](int, int) { return kRec; });
+  auto st = MakeStore(m, 2);
+  auto sess = st->OpenSession(1);
+  auto a = st->Fetch(sess->index, 0, {0, 1});
+  ASSERT_TRUE(a[0].ok() && a[1].ok());
+  auto b = st->Fetch(sess->index, 0, {2});  // both slabs leased: waits, then refuses
+  EXPECT_EQ(b[0].status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(b[0].status().message()).find("leased"), std::string::npos);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    st->table().Release(sess->index, *a[0]);
+  });
+  auto c = st->Fetch(sess->index, 0, {2});
+  releaser.join();
+  ASSERT_TRUE(c[0].ok()) << c[0].status();
+  EXPECT_EQ(*c[0], *a[0]);
+  Lease l;
+  st->table().Describe(*a[1], &l);
+  EXPECT_TRUE(CheckRecordBytes(l.data, 0, 1, kRec));  // the still-leased one is intact
+}
+
+TEST(ExpertStore, CorruptRecordFailsOnlyThatRequest) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_corrupt"), 2, 4, [](int, int) { return kRec; }, 1);
+  const auto& bad = m.recs[5].second;  // (layer 1, expert 1)
+  int fd = ::open(m.files[0].c_str(), O_WRONLY);
+  uint8_t x = 0x5a;
+  ASSERT_EQ(::pwrite(fd, &x, 1, bad.offset + 777), 1);
+  ::close(fd);
+  auto st = MakeStore(m, 6);
+  auto sess = st->OpenSession(1);
+  auto r = st->Fetch(sess->index, 1, {0, 1, 2});
+  EXPECT_TRUE(r[0].ok());
+  EXPECT_TRUE(r[2].ok());
+  ASSERT_FALSE(r[1].ok());
+  EXPECT_EQ(r[1].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(r[1].status().message()).find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(std::string(r[1].status().message()).find("shard-0.bin"), std::string::npos);
+  EXPECT_EQ(st->Stats().read_errors, 1u);
+  auto again = st->Fetch(sess->index, 0, {3});  // still serving
+  EXPECT_TRUE(again[0].ok());
+}
+
+TEST(ExpertStore, TruncatedShardIsAShortReadError) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_trunc"), 2, 4, [](int, int) { return kRec; }, 1);
+  const auto& last = m.recs.back().second;
+  ASSERT_EQ(::truncate(m.files[0].c_str(), last.offset + 8192), 0);
+  StoreConfig c;
+  c.page_cache_tier = false;
+  auto st = MakeStore(m, 6, c);
+  auto sess = st->OpenSession(1);
+  auto r = st->Fetch(sess->index, 1, {3, 0});
+  EXPECT_EQ(r[0].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(r[0].status().message()).find("short read"), std::string::npos) << r[0].status();
+  EXPECT_TRUE(r[1].ok());
+}
+
+TEST(ExpertStore, InvalidIdsAreRejected) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_invalid"), 2, 4, [](int, int) { return kRec; });
+  auto st = MakeStore(m, 4);
+  auto sess = st->OpenSession(1);
+  auto r = st->Fetch(sess->index, 1, {4, -1, 2});
+  EXPECT_EQ(r[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(r[2].ok());
+  auto bad_layer = st->Fetch(sess->index, 7, {0});
+  EXPECT_EQ(bad_layer[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad_layer[0].status().message()).find("layer 7"), std::string::npos);
+  auto no_session = st->Fetch(9, 0, {0});
+  EXPECT_EQ(no_session[0].status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ExpertStore, BudgetBelowOneLayersTopKIsRefused) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_budget"), 2, 4, [](int, int) { return kRec; });
+  auto loc = ManifestLocator::Load(m.manifest);
+  StoreConfig c;
+  c.top_k = 3;
+  c.budget_bytes = 2 * kSlab;
+  auto st = ExpertStore::Create(std::move(*loc), c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.status().message()).find("top-3"), std::string::npos) << st.status();
+}
+
+TEST(ExpertStore, SizeClassesKeepLargeAndSmallRecordsApart) {
+  // Layer 2 is an "int8 MTP" layer with records twice as large.
+  auto m = WriteSyntheticModel(MakeTempDir("store_classes"), 3, 4,
+                               [](int l, int) { return l == 2 ? 2 * kRec : kRec; });
+  auto loc = ManifestLocator::Load(m.manifest);
+  StoreConfig c;
+  c.top_k = 2;
+  c.budget_bytes = 12 * kSlab;
+  auto st = ExpertStore::Create(std::move(*loc), c);
+  ASSERT_TRUE(st.ok()) << st.status();
+  const auto& h = (*st)->table().header();
+  ASSERT_EQ(h.num_classes, 2u);
+  EXPECT_GE(h.classes[0].slab_bytes, 2 * kRec);
+  EXPECT_GE(h.classes[0].num_slabs, 2u);
+  EXPECT_LE(h.arena_bytes, c.budget_bytes);
+  auto sess = (*st)->OpenSession(1);
+  auto r = (*st)->Fetch(sess->index, 2, {0, 1});
+  ASSERT_TRUE(r[0].ok() && r[1].ok());
+  Lease l;
+  (*st)->table().Describe(*r[1], &l);
+  EXPECT_TRUE(CheckRecordBytes(l.data, 2, 1, 2 * kRec));
+}
+
+TEST(ExpertStore, HintPrefetchesAndRespectsAdmission) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_hint"), 2, 8, [](int, int) { return kRec; });
+  auto st = MakeStore(m, 3);
+  auto sess = st->OpenSession(1);
+  EXPECT_EQ(st->Hint(0, {1, 2}), 2);
+  // Wait until the prefetches land, then the fetch is a RAM hit.
+  for (int i = 0; i < 200 && st->Stats().slabs_ready < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  auto r = st->Fetch(sess->index, 0, {1, 2});
+  ASSERT_TRUE(r[0].ok() && r[1].ok());
+  auto s = st->Stats();
+  EXPECT_EQ(s.prefetch_issued, 2u);
+  EXPECT_EQ(s.prefetch_used, 2u);
+  EXPECT_EQ(s.tier[int(TierId::kRam)].hits, 2u);
+  st->table().Release(sess->index, *r[0]);
+  st->table().Release(sess->index, *r[1]);
+  // Make everything hot, then a hint for a cold expert must not evict them.
+  for (int k = 0; k < 20; ++k) {
+    auto x = st->Fetch(sess->index, 0, {1, 2, 3});
+    for (auto& y : x) st->table().Release(sess->index, *y);
+  }
+  EXPECT_EQ(st->Hint(1, {7}), 0);
+  EXPECT_GE(st->Stats().prefetch_refused, 1u);
+  auto heat = st->Heat();
+  EXPECT_TRUE(heat[1].resident && heat[2].resident && heat[3].resident);
+  EXPECT_FALSE(heat[8 + 7].resident);
+}
+
+TEST(ExpertStore, PinnedExpertsStayAndSessionCloseReleasesLeases) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_pin"), 2, 8, [](int, int) { return kRec; });
+  auto st = MakeStore(m, 2);
+  auto sess = st->OpenSession(1);
+  ASSERT_TRUE(st->Pin(0, 0, true).ok());
+  EXPECT_EQ(st->Pin(5, 0, true).code(), absl::StatusCode::kInvalidArgument);
+  auto a = st->Fetch(sess->index, 0, {0});
+  st->table().Release(sess->index, *a[0]);
+  for (int e = 1; e < 6; ++e) {
+    auto r = st->Fetch(sess->index, 1, {e});
+    ASSERT_TRUE(r[0].ok());
+    st->table().Release(sess->index, *r[0]);
+  }
+  EXPECT_TRUE(st->Heat()[0].resident);
+  // A session holding leases goes away: its leases go with it.
+  auto s2 = st->OpenSession(2);
+  auto held = st->Fetch(s2->index, 1, {6});
+  ASSERT_TRUE(held[0].ok());
+  EXPECT_EQ(st->table().LeaseCount(*held[0]), 1u);
+  st->CloseSession(s2->index);
+  EXPECT_EQ(st->table().LeaseCount(*held[0]), 0u);
+  EXPECT_FALSE(st->CheckSession(s2->index, s2->token).ok());
+}
+
+TEST(ExpertStore, SetBudgetShrinksAndGrowsActiveSlabs) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_setbudget"), 2, 8, [](int, int) { return kRec; });
+  auto st = MakeStore(m, 8);
+  auto sess = st->OpenSession(1);
+  for (int e = 0; e < 8; ++e) {
+    auto r = st->Fetch(sess->index, 0, {e});
+    st->table().Release(sess->index, *r[0]);
+  }
+  auto b = st->SetBudget(4 * kSlab);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, 4 * kSlab);
+  auto s = st->Stats();
+  EXPECT_EQ(s.slabs_active, 4u);
+  EXPECT_LE(s.slabs_ready, 4u);
+  EXPECT_EQ(st->SetBudget(100 * kSlab).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(st->SetBudget(8 * kSlab).ok());
+  EXPECT_EQ(st->Stats().slabs_active, 8u);
+}
+
+TEST(ExpertStore, HeatFilePersistsAcrossRestartsForTheSameModelOnly) {
+  std::string dir = MakeTempDir("store_heat");
+  auto m = WriteSyntheticModel(dir, 2, 4, [](int, int) { return kRec; });
+  StoreConfig c;
+  c.heat_file = dir + "/heat.bin";
+  {
+    auto st = MakeStore(m, 4, c);
+    auto sess = st->OpenSession(1);
+    for (int k = 0; k < 5; ++k) {
+      auto r = st->Fetch(sess->index, 1, {3});
+      st->table().Release(sess->index, *r[0]);
+    }
+  }
+  {
+    auto st = MakeStore(m, 4, c);
+    EXPECT_GT(st->Heat()[4 + 3].heat, 4.0);
+  }
+  auto m2 = WriteSyntheticModel(MakeTempDir("store_heat2"), 2, 4, [](int, int) { return kRec; }, 2, "other-model");
+  auto st = MakeStore(m2, 4, c);  // warns, starts cold
+  EXPECT_EQ(st->Heat()[4 + 3].heat, 0.0);
+}
+
+}  // namespace
+}  // namespace moe::expertstore
