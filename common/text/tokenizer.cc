@@ -273,7 +273,7 @@ void Tokenizer::SplitAdded(std::string_view s, const Matcher& m, bool parse_spec
         if (!IsRustWhitespace(cp)) break;
         stop += n;
       }
-      i = stop;
+      // HF's matcher resumes at the end of the match proper, not after the stripped spaces.
     }
     if (start_offset < start) out->emplace_back(s.substr(start_offset, start - start_offset), -1);
     out->emplace_back(s.substr(start, stop - start), tok.id);
