@@ -521,11 +521,14 @@ def mtp_teacher_forced(spec, weights, main_model, ids):
     sd[pre + "down_proj"] = torch.stack([weights[f"{p}{pre}{e}.down_proj.weight"] for e in range(E)])
     layer = layer.to(torch.bfloat16)
     missing, unexpected = layer.load_state_dict(sd, strict=True), None
-    # HF keeps router weight/bias and indexer.weights_proj in fp32
+    # as in the main model loaded with dtype=bfloat16: router weight and bias fp32
+    # (_keep_in_fp32_modules_strict); indexer.weights_proj stays BF16 (the non-strict
+    # _keep_in_fp32_modules list is not applied to bfloat16 loads)
     layer.mlp.gate.weight.data = layer.mlp.gate.weight.data.float()
     layer.mlp.gate.e_score_correction_bias.data = weights[p + "mlp.gate.e_score_correction_bias"].float().clone()
     if arch == "glm":
-        layer.self_attn.indexer.weights_proj.weight.data = layer.self_attn.indexer.weights_proj.weight.data.float()
+        ref = main_model.model.layers[0].self_attn.indexer.weights_proj.weight.dtype
+        layer.self_attn.indexer.weights_proj.weight.data = layer.self_attn.indexer.weights_proj.weight.data.to(ref)
     layer.eval()
     H = cfg["hidden_size"]
     eps = cfg["rms_norm_eps"]

@@ -121,7 +121,10 @@ class Model:
         theta = float(rp.get("rope_theta", c.get("rope_theta", 10000.0)))
         dim = self.dr
         scaling = (self.dn + self.dr) ** -0.5
-        pos_freqs = np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))
+        # theta ** (2i/d) correctly rounded to f32 (computed in f64): equals torch's f32 pow here, while
+        # numpy's own f32 pow is off by one ulp for theta = 8e6 (and one ulp moves DSA sets)
+        expo = (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)).astype(np.float64)
+        pos_freqs = (np.float64(theta) ** expo).astype(np.float32)
         inv = (np.float32(1.0) / pos_freqs).astype(np.float32)
         if rp.get("rope_type", "default") == "yarn":
             factor = float(rp["factor"])
@@ -153,8 +156,9 @@ class Model:
         return inv, scaling
 
     def rope_tables(self, T):
-        ang = np.arange(T, dtype=np.float32)[:, None] * self.inv_freq[None, :]
-        return self.rb(np.cos(ang).astype(np.float32)), self.rb(np.sin(ang).astype(np.float32))
+        ang = np.arange(T, dtype=np.float32)[:, None] * self.inv_freq[None, :]  # f32 product, like HF
+        ang64 = ang.astype(np.float64)
+        return self.rb(np.cos(ang64).astype(np.float32)), self.rb(np.sin(ang64).astype(np.float32))
 
     def rope(self, x, cos, sin):
         """Interleaved (GPT-J) rotation of the last axis; output in HF's de-interleaved layout
@@ -203,7 +207,9 @@ class Model:
         q = np.concatenate([self.rope(q[..., :dr], cos[:, None, :], sin[:, None, :]), q[..., dr:]], -1)
         k = np.concatenate([self.rope(k[..., :dr], cos, sin), k[..., dr:]], -1)
         sc = np.maximum(np.einsum("shd,td->sht", q, k) * np.float32(idd ** -0.5), 0)  # fp32
-        wts = (x @ self.w[p + "indexer.weights_proj.weight"].T) * np.float32(ih ** -0.5)  # fp32
+        # HF loaded with dtype=bfloat16 keeps weights_proj in BF16 (_keep_in_fp32_modules only applies to
+        # fp16 loads), so the head weights are a BF16 projection, widened, then scaled in fp32
+        wts = self.lin(x, p + "indexer.weights_proj.weight") * np.float32(ih ** -0.5)
         iscore = np.einsum("sh,sht->st", wts, sc).astype(np.float32)
         causal = np.tril(np.ones((T, T), dtype=bool))
         iscore = np.where(causal, iscore, -np.inf)
