@@ -4,15 +4,23 @@
 
 namespace moe::cli {
 
+// Declarations of the subcommands implemented in cmd_*.cc, one line each
+// (this file merges with git's union driver: see .gitattributes).
 int RunBench(int argc, char** argv);
+int RunConvert(int argc, char** argv);
 int RunHeat(int argc, char** argv);
+int RunInspect(int argc, char** argv);
+int RunTokenize(int argc, char** argv);
 int RunVersion(int argc, char** argv);
-// Declarations of the subcommands implemented in cmd_*.cc (keep sorted).
 
 namespace {
+// One row per line, sorted by name.
 const Command kCommands[] = {
-    {"bench", "run a benchmark program (moe bench --help lists them)", RunBench},
-    {"heat", "expertd admin: per-tier stats, expert heat map (--json, --png), pin/unpin, budget", RunHeat},
+    {"bench", "benchmarks: moe bench <what> (moe bench --help lists them)", RunBench},
+    {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
+    {"heat", "expertd admin: tiers, hit rates, expert heat (--json, --png), pin/unpin, budget", RunHeat},
+    {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
+    {"tokenize", "text to token ids (and back) with a tokenizer.json; chat prompts", RunTokenize},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},
 };

@@ -1,0 +1,290 @@
+#include "common/format/container.h"
+
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/format/crc32c.h"
+#include "common/format/quantize.h"
+#include "nlohmann/json.hpp"
+
+namespace moe {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Loss(const std::string& path, std::string_view what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", AV(what)));
+}
+
+int64_t ExpertKey(int layer, int expert) { return (static_cast<int64_t>(layer) << 32) | expert; }
+
+}  // namespace
+
+absl::StatusOr<ShardContents> ReadShardContents(const SafetensorsReader& reader, int file) {
+  const ShardFile& f = reader.file(file);
+  const auto& md = f.metadata;
+  auto get = [&](std::string_view key) -> const std::string* {
+    auto it = md.find(std::string(key));
+    return it == md.end() ? nullptr : &it->second;
+  };
+  const std::string* magic = get(kMetaMagic);
+  if (magic == nullptr || *magic != kContainerMagic) {
+    return Loss(f.path, "not a moestream container shard (metadata moestream.magic missing)");
+  }
+  const std::string* version = get(kMetaVersion);
+  if (version == nullptr || *version != std::to_string(kContainerVersion)) {
+    return Loss(f.path, absl::StrCat("unsupported container version '",
+                                     version ? *version : "", "' (this build reads ",
+                                     kContainerVersion, ")"));
+  }
+  const std::string* tj = get(kMetaTensors);
+  const std::string* rj = get(kMetaRecords);
+  if (tj == nullptr || rj == nullptr) return Loss(f.path, "missing moestream.tensors/records");
+  ShardContents out;
+  if (const std::string* plan = get(kMetaPlan)) out.plan = *plan;
+  json tensors = json::parse(*tj, nullptr, false);
+  json records = json::parse(*rj, nullptr, false);
+  if (!tensors.is_object() || !records.is_array()) {
+    return Loss(f.path, "moestream.tensors/records is not valid JSON");
+  }
+  absl::flat_hash_map<std::string, int> index;
+  try {
+    for (auto& [name, m] : tensors.items()) {
+      ContainerTensor t;
+      t.name = name;
+      t.file = file;
+      auto fmt = QFormatFromName(m.at("format").get<std::string>());
+      if (!fmt) return Loss(f.path, absl::StrCat("tensor '", name, "': unknown format tag"));
+      t.format = *fmt;
+      t.role = m.at("role").get<std::string>();
+      t.layer = m.at("layer").get<int>();
+      t.expert = m.value("expert", -1);
+      t.mtp = m.value("mtp", false);
+      t.shape = m.at("shape").get<std::vector<int64_t>>();
+      if (!MatrixDims(t.shape, &t.rows, &t.cols).ok()) {
+        return Loss(f.path, absl::StrCat("tensor '", name, "': bad shape"));
+      }
+      if (!ParseHex32(m.at("crc32c").get<std::string>(), &t.crc)) {
+        return Loss(f.path, absl::StrCat("tensor '", name, "': bad crc32c"));
+      }
+      LayoutTensor lt;
+      lt.format = t.format;
+      lt.shape = t.shape;
+      lt.rows = t.rows;
+      lt.cols = t.cols;
+      const TensorInfo* data = reader.Find(m.at("data").get<std::string>());
+      if (data == nullptr || data->file != file || DTypeName(data->dtype) != DataDType(t.format) ||
+          data->shape != DataShape(lt) ||
+          data->nbytes != static_cast<uint64_t>(DataBytes(t.format, t.rows, t.cols))) {
+        return Loss(f.path, absl::StrCat("tensor '", name, "': data tensor missing or not ",
+                                         AV(Name(t.format)), " of shape [", t.rows, ", ", t.cols,
+                                         "]"));
+      }
+      t.data_offset = data->offset;
+      t.data_bytes = data->nbytes;
+      const uint64_t sbytes = static_cast<uint64_t>(ScaleBytes(t.format, t.rows, t.cols));
+      if (sbytes > 0) {
+        const TensorInfo* sc = m.contains("scales")
+                                   ? reader.Find(m.at("scales").get<std::string>())
+                                   : nullptr;
+        if (sc == nullptr || sc->file != file || sc->dtype != DType::kF32 || sc->nbytes != sbytes) {
+          return Loss(f.path, absl::StrCat("tensor '", name, "': scale tensor missing or wrong size"));
+        }
+        t.scales_offset = sc->offset;
+        t.scales_bytes = sbytes;
+      }
+      index[name] = static_cast<int>(out.tensors.size());
+      out.tensors.push_back(std::move(t));
+    }
+    for (const auto& r : records) {
+      ShardContents::Record rec;
+      rec.layer = r.at("layer").get<int>();
+      rec.expert = r.at("expert").get<int>();
+      rec.offset = r.at("offset").get<uint64_t>() + f.data_offset;
+      rec.length = r.at("length").get<uint64_t>();
+      const std::string where = absl::StrCat("expert record (", rec.layer, ", ", rec.expert, ")");
+      if (!ParseHex32(r.at("crc32c").get<std::string>(), &rec.crc)) {
+        return Loss(f.path, where + ": bad crc32c");
+      }
+      if (rec.offset % kRecordAlign != 0 || rec.length % kRecordAlign != 0 ||
+          rec.offset + rec.length > f.size || rec.offset + rec.length < rec.offset) {
+        return Loss(f.path, where + ": not 4096-aligned or outside the file");
+      }
+      const auto parts = r.at("parts").get<std::vector<std::string>>();
+      if (parts.size() != 3) return Loss(f.path, where + ": needs 3 parts");
+      for (int p = 0; p < 3; ++p) {
+        auto it = index.find(parts[p]);
+        if (it == index.end()) return Loss(f.path, where + ": unknown part " + parts[p]);
+        const ContainerTensor& t = out.tensors[it->second];
+        if (t.data_offset < rec.offset || t.data_offset + t.data_bytes > rec.offset + rec.length ||
+            (t.scales_bytes > 0 && (t.scales_offset < rec.offset ||
+                                    t.scales_offset + t.scales_bytes > rec.offset + rec.length))) {
+          return Loss(f.path, where + ": part " + parts[p] + " lies outside the record");
+        }
+        rec.parts[p] = it->second;
+      }
+      out.records.push_back(rec);
+    }
+  } catch (const json::exception& e) {
+    return Loss(f.path, absl::StrCat("malformed moestream metadata: ", e.what()));
+  }
+  return out;
+}
+
+absl::Status VerifyShardData(const SafetensorsReader& reader, int file,
+                             const ShardContents& contents) {
+  const std::string& path = reader.file(file).path;
+  std::vector<uint8_t> buf;
+  for (const auto& t : contents.tensors) {
+    buf.resize(t.data_bytes + t.scales_bytes);
+    MOE_RETURN_IF_ERROR(reader.ReadRange(file, t.data_offset, t.data_bytes, buf.data()));
+    if (t.scales_bytes > 0) {
+      MOE_RETURN_IF_ERROR(
+          reader.ReadRange(file, t.scales_offset, t.scales_bytes, buf.data() + t.data_bytes));
+    }
+    if (crc32c::Mask(crc32c::Value(buf.data(), buf.size())) != t.crc) {
+      return Loss(path, absl::StrCat("tensor '", t.name, "': CRC32C mismatch"));
+    }
+  }
+  for (const auto& r : contents.records) {
+    buf.resize(r.length);
+    MOE_RETURN_IF_ERROR(reader.ReadRange(file, r.offset, r.length, buf.data()));
+    if (crc32c::Mask(crc32c::Value(buf.data(), buf.size())) != r.crc) {
+      return Loss(path, absl::StrCat("expert record (", r.layer, ", ", r.expert,
+                                     "): CRC32C mismatch"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Container>> Container::Open(const std::string& dir) {
+  const std::string mpath = dir + "/" + std::string(kManifestFileName);
+  std::ifstream in(mpath);
+  if (!in) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, ": no ", AV(kManifestFileName),
+        " (not a moestream container, or `moe convert` has not finished)"));
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  json m = json::parse(text, nullptr, false);
+  std::unique_ptr<Container> c(new Container);
+  try {
+    if (!m.is_object() || m.value("magic", "") != kContainerMagic) {
+      return Loss(mpath, "not a moestream manifest (magic)");
+    }
+    c->info_.version = m.at("version").get<int>();
+    if (c->info_.version != kContainerVersion) {
+      return Loss(mpath, absl::StrCat("unsupported container version ", c->info_.version));
+    }
+    const json& model = m.at("model");
+    c->info_.model_type = model.at("model_type").get<std::string>();
+    c->info_.num_hidden_layers = model.at("num_hidden_layers").get<int>();
+    c->info_.n_routed_experts = model.value("n_routed_experts", 0);
+    c->info_.policy = m.value("policy", "");
+    for (const auto& s : m.at("shards")) c->info_.shards.push_back(s.at("file").get<std::string>());
+  } catch (const json::exception& e) {
+    return Loss(mpath, absl::StrCat("malformed manifest: ", e.what()));
+  }
+  OpenOptions opt;
+  opt.check_fp8_scales = false;
+  MOE_ASSIGN_OR_RETURN(c->reader_, SafetensorsReader::Open(dir, opt));
+  for (int f = 0; f < c->reader_->num_files(); ++f) {
+    MOE_ASSIGN_OR_RETURN(ShardContents sc, ReadShardContents(*c->reader_, f));
+    const int base = static_cast<int>(c->tensors_.size());
+    for (auto& t : sc.tensors) {
+      if (!c->by_name_.emplace(t.name, static_cast<int>(c->tensors_.size())).second) {
+        return Loss(c->reader_->file(f).path, "tensor '" + t.name + "' appears in two shards");
+      }
+      c->tensors_.push_back(std::move(t));
+    }
+    for (const auto& r : sc.records) {
+      ExpertRecordInfo e;
+      e.layer = r.layer;
+      e.expert = r.expert;
+      e.file = f;
+      e.offset = r.offset;
+      e.length = r.length;
+      e.crc = r.crc;
+      for (int p = 0; p < 3; ++p) e.parts[p].data_offset = r.parts[p] + base;  // fixed below
+      if (!c->by_expert_.emplace(ExpertKey(r.layer, r.expert), static_cast<int>(c->records_.size()))
+               .second) {
+        return Loss(c->reader_->file(f).path,
+                    absl::StrCat("expert (", r.layer, ", ", r.expert, ") stored twice"));
+      }
+      c->records_.push_back(e);
+    }
+  }
+  // Resolve part pointers now that tensors_ no longer moves.
+  for (auto& e : c->records_) {
+    for (auto& p : e.parts) {
+      p.tensor = &c->tensors_[p.data_offset];
+      p.data_offset = p.tensor->data_offset - e.offset;
+      p.scales_offset = p.tensor->scales_bytes > 0 ? p.tensor->scales_offset - e.offset : 0;
+    }
+  }
+  return c;
+}
+
+const ContainerTensor* Container::Find(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+const ExpertRecordInfo* Container::FindExpert(int layer, int expert) const {
+  auto it = by_expert_.find(ExpertKey(layer, expert));
+  return it == by_expert_.end() ? nullptr : &records_[it->second];
+}
+
+absl::StatusOr<std::span<const uint8_t>> Container::ReadRecord(const ExpertRecordInfo& r,
+                                                               AlignedBuffer* buf) const {
+  MOE_ASSIGN_OR_RETURN(auto span, reader_->ReadRangeDirect(r.file, r.offset, r.length, buf));
+  if (crc32c::Mask(crc32c::Value(span.data(), span.size())) != r.crc) {
+    return Loss(file_path(r.file),
+                absl::StrCat("expert record (", r.layer, ", ", r.expert, "): CRC32C mismatch"));
+  }
+  return span;
+}
+
+std::array<QMatrixView, 3> Container::ViewRecord(const ExpertRecordInfo& r, const uint8_t* record) {
+  std::array<QMatrixView, 3> v;
+  for (int p = 0; p < 3; ++p) {
+    const ContainerTensor& t = *r.parts[p].tensor;
+    v[p].format = t.format;
+    v[p].rows = t.rows;
+    v[p].cols = t.cols;
+    v[p].data = record + r.parts[p].data_offset;
+    v[p].scales = t.scales_bytes > 0
+                      ? reinterpret_cast<const float*>(record + r.parts[p].scales_offset)
+                      : nullptr;
+  }
+  return v;
+}
+
+absl::Status Container::ReadTensor(const ContainerTensor& t, std::vector<uint8_t>* data,
+                                   std::vector<float>* scales) const {
+  data->resize(t.data_bytes);
+  scales->resize(t.scales_bytes / 4);
+  MOE_RETURN_IF_ERROR(reader_->ReadRange(t.file, t.data_offset, t.data_bytes, data->data()));
+  uint32_t crc = crc32c::Value(data->data(), data->size());
+  if (t.scales_bytes > 0) {
+    MOE_RETURN_IF_ERROR(reader_->ReadRange(t.file, t.scales_offset, t.scales_bytes, scales->data()));
+    crc = crc32c::Extend(crc, scales->data(), t.scales_bytes);
+  }
+  if (crc32c::Mask(crc) != t.crc) {
+    return Loss(file_path(t.file), absl::StrCat("tensor '", t.name, "': CRC32C mismatch"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> Container::ReadTensorF32(const ContainerTensor& t) const {
+  std::vector<uint8_t> data;
+  std::vector<float> scales;
+  MOE_RETURN_IF_ERROR(ReadTensor(t, &data, &scales));
+  std::vector<float> out(static_cast<size_t>(t.rows * t.cols));
+  DequantizeMatrix(t.format, data.data(), scales.data(), t.rows, t.cols, out.data());
+  return out;
+}
+
+}  // namespace moe

@@ -1,0 +1,681 @@
+#include "common/format/convert.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/aligned_buffer.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/format/container.h"
+#include "common/format/container_layout.h"
+#include "common/format/crc32c.h"
+#include "common/format/dtype.h"
+#include "common/format/quantize.h"
+#include "common/format/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int kPlanVersion = 1;
+constexpr uint64_t kSlabBytes = 64ull << 20;  // float32 rows decoded at once
+
+absl::Status Errno(std::string_view what, const std::string& path) {
+  const int e = errno;
+  const std::string msg = absl::StrCat(AV(what), " ", path, ": ", std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg + " (out of disk space)");
+  if (e == ENOENT) return absl::NotFoundError(msg);
+  return absl::UnavailableError(msg);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("open", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno("fsync", dir);
+  return absl::OkStatus();
+}
+
+absl::Status PWriteAll(int fd, const void* p, uint64_t n, uint64_t off, const std::string& path) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, b, std::min<uint64_t>(n, 1ull << 30), static_cast<off_t>(off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Errno("write", path);
+    }
+    b += w;
+    n -= static_cast<uint64_t>(w);
+    off += static_cast<uint64_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+// Writes `content` to dir/name via temp file + fsync + rename + dir fsync.
+absl::Status WriteFileAtomic(const std::string& dir, const std::string& name,
+                             const std::string& content) {
+  const std::string path = dir + "/" + name;
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("create", tmp);
+  absl::Status s = PWriteAll(fd, content.data(), content.size(), 0, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
+  ::close(fd);
+  MOE_RETURN_IF_ERROR(s);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename", tmp);
+  return FsyncDir(dir);
+}
+
+// ---- the plan ------------------------------------------------------------
+
+struct Source {
+  std::string name;  // input tensor
+  int file = 0;      // input file index
+};
+
+struct PlanTensor {
+  std::string name;
+  QFormat format = QFormat::kF32;
+  std::vector<int64_t> shape;
+  TensorClass cls;
+  Source weight;
+  std::optional<Source> scale;  // FP8 block scales
+  uint64_t source_bytes = 0;
+};
+
+struct PlanShard {
+  std::string file;
+  std::vector<PlanTensor> tensors;
+  std::vector<std::pair<int, int>> records;  // (layer, expert)
+  std::set<int> inputs;
+  uint64_t source_bytes = 0;
+};
+
+struct Plan {
+  std::string policy;
+  json model;
+  std::vector<std::string> inputs;       // input shard file names
+  std::vector<uint64_t> input_bytes;
+  std::vector<PlanShard> shards;
+  std::string id;  // crc32c of the plan JSON
+};
+
+json PlanToJson(const Plan& p) {
+  json shards = json::array();
+  for (const auto& s : p.shards) {
+    json ts = json::array();
+    for (const auto& t : s.tensors) {
+      json j = {{"name", t.name},
+                {"format", std::string(Name(t.format))},
+                {"shape", t.shape},
+                {"src", t.weight.name},
+                {"src_file", t.weight.file},
+                {"bytes", t.source_bytes}};
+      if (t.scale) {
+        j["scale"] = t.scale->name;
+        j["scale_file"] = t.scale->file;
+      }
+      ts.push_back(std::move(j));
+    }
+    json recs = json::array();
+    for (auto [l, e] : s.records) recs.push_back({l, e});
+    shards.push_back({{"file", s.file}, {"tensors", std::move(ts)}, {"records", std::move(recs)}});
+  }
+  return {{"version", kPlanVersion}, {"policy", p.policy},        {"model", p.model},
+          {"inputs", p.inputs},      {"input_bytes", p.input_bytes}, {"shards", std::move(shards)}};
+}
+
+absl::StatusOr<Plan> PlanFromJson(const json& j, const std::string& path) {
+  Plan p;
+  try {
+    if (j.at("version").get<int>() != kPlanVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(path, ": plan version mismatch"));
+    }
+    p.policy = j.at("policy").get<std::string>();
+    p.model = j.at("model");
+    p.inputs = j.at("inputs").get<std::vector<std::string>>();
+    p.input_bytes = j.at("input_bytes").get<std::vector<uint64_t>>();
+    const int L = p.model.at("num_hidden_layers").get<int>();
+    for (const auto& sj : j.at("shards")) {
+      PlanShard s;
+      s.file = sj.at("file").get<std::string>();
+      for (const auto& tj : sj.at("tensors")) {
+        PlanTensor t;
+        t.name = tj.at("name").get<std::string>();
+        auto f = QFormatFromName(tj.at("format").get<std::string>());
+        if (!f) return absl::DataLossError(absl::StrCat(path, ": bad format for ", t.name));
+        t.format = *f;
+        t.shape = tj.at("shape").get<std::vector<int64_t>>();
+        MOE_ASSIGN_OR_RETURN(t.cls, Classify(t.name, L));
+        t.weight = {tj.at("src").get<std::string>(), tj.at("src_file").get<int>()};
+        if (tj.contains("scale")) t.scale = Source{tj.at("scale").get<std::string>(), tj.at("scale_file").get<int>()};
+        t.source_bytes = tj.at("bytes").get<uint64_t>();
+        s.inputs.insert(t.weight.file);
+        if (t.scale) s.inputs.insert(t.scale->file);
+        s.source_bytes += t.source_bytes;
+        s.tensors.push_back(std::move(t));
+      }
+      for (const auto& r : sj.at("records")) s.records.push_back({r.at(0).get<int>(), r.at(1).get<int>()});
+      p.shards.push_back(std::move(s));
+    }
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ": malformed plan: ", e.what()));
+  }
+  return p;
+}
+
+absl::StatusOr<json> ModelIdentity(const std::string& in_dir) {
+  const std::string path = in_dir + "/config.json";
+  MOE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  json c = json::parse(text, nullptr, false);
+  if (!c.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  json m = json::object();
+  for (const char* key : {"model_type", "num_hidden_layers", "hidden_size"}) {
+    if (!c.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": missing field '", key, "'"));
+    }
+    m[key] = c[key];
+  }
+  if (!c["num_hidden_layers"].is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": 'num_hidden_layers' is not an integer"));
+  }
+  m["n_routed_experts"] = c.value("n_routed_experts", 0);
+  m["num_nextn_predict_layers"] = c.value("num_nextn_predict_layers", 0);
+  if (c.contains("architectures")) m["architectures"] = c["architectures"];
+  m["config_crc32c"] = Hex32(crc32c::Mask(crc32c::Value(text.data(), text.size())));
+  return m;
+}
+
+absl::StatusOr<Plan> MakePlan(const ConvertOptions& o) {
+  Plan p;
+  p.policy = o.policy.ToString();
+  MOE_ASSIGN_OR_RETURN(p.model, ModelIdentity(o.in_dir));
+  const int L = p.model["num_hidden_layers"].get<int>();
+  OpenOptions ropt;
+  ropt.direct_io = false;
+  MOE_ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(o.in_dir, ropt));
+  for (int f = 0; f < reader->num_files(); ++f) {
+    p.inputs.push_back(fs::path(reader->file(f).path).filename().string());
+    p.input_bytes.push_back(reader->file(f).size);
+  }
+  p.shards.resize(p.inputs.size());
+  for (size_t k = 0; k < p.shards.size(); ++k) p.shards[k].file = p.inputs[k];
+  struct ExpertParts {
+    int parts[3] = {-1, -1, -1};  // indices into `pending`
+  };
+  std::vector<PlanTensor> all;
+  std::map<std::pair<int, int>, ExpertParts> experts;
+  for (const TensorInfo& t : reader->tensors()) {
+    if (t.name.size() > kScaleInvSuffix.size() &&
+        std::string_view(t.name).substr(t.name.size() - kScaleInvSuffix.size()) == kScaleInvSuffix) {
+      const std::string w = t.name.substr(0, t.name.size() - kScaleInvSuffix.size());
+      const TensorInfo* wt = reader->Find(w);
+      if (wt == nullptr || wt->dtype != DType::kF8E4M3) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "' in ", reader->file(t.file).path,
+            ": block scale without an F8_E4M3 weight '", w, "'"));
+      }
+      continue;
+    }
+    auto cls = Classify(t.name, L);
+    if (!cls.ok()) return Annotate(cls.status(), reader->file(t.file).path);
+    PlanTensor pt;
+    pt.name = t.name;
+    pt.shape = t.shape;
+    pt.cls = *cls;
+    pt.weight = {t.name, t.file};
+    pt.source_bytes = t.nbytes;
+    switch (t.dtype) {
+      case DType::kF32:
+      case DType::kF16:
+      case DType::kBF16:
+        break;
+      case DType::kF8E4M3: {
+        const TensorInfo* s = reader->ScaleOf(t);
+        if (s == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' in ",
+                                                         reader->file(t.file).path,
+                                                         ": FP8 weight without its _scale_inv"));
+        }
+        pt.scale = Source{s->name, s->file};
+        pt.source_bytes += s->nbytes;
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' in ",
+                                                       reader->file(t.file).path, ": dtype ",
+                                                       AV(DTypeName(t.dtype)),
+                                                       " cannot be converted"));
+    }
+    int64_t rows, cols;
+    if (!MatrixDims(t.shape, &rows, &cols).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': empty or scalar shape"));
+    }
+    pt.format = o.policy.FormatFor(pt.cls, t.ndim());
+    if (pt.cls.role == TensorRole::kExpert) {
+      if (t.ndim() != 2) {
+        return absl::InvalidArgumentError(absl::StrCat("expert tensor '", t.name, "' is not 2-D"));
+      }
+      experts[{pt.cls.layer, pt.cls.expert}].parts[static_cast<int>(pt.cls.proj)] =
+          static_cast<int>(all.size());
+    }
+    all.push_back(std::move(pt));
+  }
+  auto out_file = [](const PlanTensor& t) {
+    return std::max(t.weight.file, t.scale ? t.scale->file : 0);
+  };
+  std::vector<int> dest(all.size(), -1);
+  for (const auto& [key, ep] : experts) {
+    int k = 0;
+    for (int p = 0; p < 3; ++p) {
+      if (ep.parts[p] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("expert (layer ", key.first, ", expert ",
+                                                       key.second, ") has no ",
+                                                       AV(kExpertProjNames[p]), ".weight"));
+      }
+      k = std::max(k, out_file(all[ep.parts[p]]));
+    }
+    for (int p = 0; p < 3; ++p) dest[ep.parts[p]] = k;
+    p.shards[k].records.push_back(key);
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int k = dest[i] >= 0 ? dest[i] : out_file(all[i]);
+    PlanShard& s = p.shards[k];
+    s.inputs.insert(all[i].weight.file);
+    if (all[i].scale) s.inputs.insert(all[i].scale->file);
+    s.source_bytes += all[i].source_bytes;
+    s.tensors.push_back(std::move(all[i]));
+  }
+  return p;
+}
+
+// ---- converting --------------------------------------------------------------
+
+class InputSet {
+ public:
+  InputSet(std::string dir, const Plan& plan) : dir_(std::move(dir)), plan_(plan) {}
+  absl::StatusOr<const SafetensorsReader*> Get(int file) {
+    auto& r = readers_[file];
+    if (!r) {
+      OpenOptions opt;
+      opt.check_fp8_scales = false;
+      opt.direct_io = false;
+      const std::string path = dir_ + "/" + plan_.inputs[file];
+      MOE_ASSIGN_OR_RETURN(r, SafetensorsReader::Open(path, opt));
+    }
+    return r.get();
+  }
+  void Close(int file) { readers_.erase(file); }
+
+ private:
+  std::string dir_;
+  const Plan& plan_;
+  std::map<int, std::unique_ptr<SafetensorsReader>> readers_;
+};
+
+// Decodes rows [r0, r1) of a source tensor to float32 (FP8 with its block scales).
+class SourceDecoder {
+ public:
+  absl::Status Open(InputSet* in, const PlanTensor& t) {
+    MOE_ASSIGN_OR_RETURN(wr_, in->Get(t.weight.file));
+    MOE_ASSIGN_OR_RETURN(wt_, wr_->Get(t.weight.name));
+    if (t.scale) {
+      MOE_ASSIGN_OR_RETURN(const SafetensorsReader* sr, in->Get(t.scale->file));
+      MOE_ASSIGN_OR_RETURN(const TensorInfo* st, sr->Get(t.scale->name));
+      scales_.resize(static_cast<size_t>(st->numel()));
+      MOE_RETURN_IF_ERROR(sr->ReadTensorF32(*st, scales_.data()));
+      scale_cols_ = st->shape.size() == 2 ? st->shape[1] : 1;
+      for (int i = 0; i < 256; ++i) table_[i] = Fp8E4M3ToF32(static_cast<uint8_t>(i));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Rows(int64_t r0, int64_t r1, float* dst) {
+    if (wt_->ndim() != 2) return wr_->ReadTensorF32(*wt_, dst);  // whole (small) tensor
+    if (wt_->dtype != DType::kF8E4M3) return wr_->ReadRowsF32(*wt_, r0, r1, dst);
+    const int64_t cols = wt_->row_elems();
+    raw_.resize(static_cast<size_t>((r1 - r0) * cols));
+    MOE_RETURN_IF_ERROR(wr_->ReadRange(wt_->file, wt_->offset + static_cast<uint64_t>(r0 * cols),
+                                       raw_.size(), raw_.data()));
+#pragma omp parallel for schedule(static) if ((r1 - r0) * cols >= (1 << 18))
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* srow = scales_.data() + (r / kFp8BlockSize) * scale_cols_;
+      const uint8_t* q = raw_.data() + (r - r0) * cols;
+      float* d = dst + (r - r0) * cols;
+      for (int64_t c = 0; c < cols; ++c) d[c] = table_[q[c]] * srow[c / kFp8BlockSize];
+    }
+    return absl::OkStatus();
+  }
+  const TensorInfo& info() const { return *wt_; }
+
+ private:
+  const SafetensorsReader* wr_ = nullptr;
+  const TensorInfo* wt_ = nullptr;
+  std::vector<float> scales_;
+  int64_t scale_cols_ = 1;
+  float table_[256] = {};
+  std::vector<uint8_t> raw_;
+};
+
+LayoutTensor ToLayout(const PlanTensor& t) {
+  LayoutTensor l;
+  l.name = t.name;
+  l.cls = t.cls;
+  l.format = t.format;
+  l.shape = t.shape;
+  (void)MatrixDims(t.shape, &l.rows, &l.cols);
+  return l;
+}
+
+absl::StatusOr<ShardLayout> LayoutFor(const Plan& plan, int k) {
+  const PlanShard& s = plan.shards[k];
+  std::vector<LayoutTensor> tensors;
+  std::map<std::pair<int, int>, std::array<int, 3>> parts;
+  for (const auto& t : s.tensors) {
+    if (t.cls.role == TensorRole::kExpert) {
+      parts[{t.cls.layer, t.cls.expert}][static_cast<int>(t.cls.proj)] =
+          static_cast<int>(tensors.size());
+    }
+    tensors.push_back(ToLayout(t));
+  }
+  std::vector<LayoutRecord> records;
+  for (auto [l, e] : s.records) {
+    LayoutRecord r;
+    r.layer = l;
+    r.expert = e;
+    const auto& p = parts[{l, e}];
+    std::copy(p.begin(), p.end(), r.parts);
+    records.push_back(r);
+  }
+  std::sort(records.begin(), records.end(), [](const LayoutRecord& a, const LayoutRecord& b) {
+    return std::tie(a.layer, a.expert) < std::tie(b.layer, b.expert);
+  });
+  std::map<std::string, std::string> meta = {
+      {std::string(kMetaModel), plan.model.dump()},
+      {std::string(kMetaPlan), plan.id},
+      {std::string(kMetaShard), absl::StrCat(k + 1, "/", plan.shards.size())}};
+  MOE_ASSIGN_OR_RETURN(ShardLayout layout,
+                       LayOutShard(std::move(tensors), std::move(records), std::move(meta)));
+  layout.pad_prefix = absl::StrCat(AV(kPadTensorPrefix), k + 1, ".");
+  return layout;
+}
+
+// Quantizes tensor t into dst_data / dst_scales (memory), row slab by row slab.
+absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor& lt,
+                          uint8_t* data, float* scales, std::vector<float>* slab) {
+  SourceDecoder dec;
+  MOE_RETURN_IF_ERROR(dec.Open(in, pt));
+  const int64_t rows_per_slab =
+      lt.shape.size() != 2 ? lt.rows
+                           : std::max<int64_t>(1, static_cast<int64_t>(kSlabBytes / 4) / lt.cols);
+  const int64_t rb = RowBytes(lt.format, lt.cols);
+  const int64_t ng = GroupsPerRow(lt.format, lt.cols);
+  for (int64_t r0 = 0; r0 < lt.rows; r0 += rows_per_slab) {
+    const int64_t r1 = std::min(lt.rows, r0 + rows_per_slab);
+    slab->resize(static_cast<size_t>((r1 - r0) * lt.cols));
+    MOE_RETURN_IF_ERROR(dec.Rows(r0, r1, slab->data()));
+    MOE_RETURN_IF_ERROR(QuantizeMatrix(lt.format, slab->data(), r1 - r0, lt.cols, data + r0 * rb,
+                                       scales + r0 * ng, lt.name));
+  }
+  return absl::OkStatus();
+}
+
+struct ShardWriteStats {
+  uint64_t bytes_out = 0;
+};
+
+absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputSet* in,
+                        const std::function<void(uint64_t)>& advanced) {
+  const PlanShard& ps = plan.shards[k];
+  MOE_ASSIGN_OR_RETURN(ShardLayout layout, LayoutFor(plan, k));
+  MOE_ASSIGN_OR_RETURN(std::string header, RenderHeader(&layout));
+  const std::string path = o.out_dir + "/" + ps.file;
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("create", tmp);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const uint64_t total = layout.file_bytes();
+  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
+    errno = rc;
+    if (rc != EOPNOTSUPP && rc != EINVAL) return Errno(absl::StrCat("reserve ", total, " bytes for"), tmp);
+    if (::ftruncate(fd, static_cast<off_t>(total)) != 0) return Errno("truncate", tmp);
+  }
+  const uint64_t base = layout.data_start();
+  std::vector<float> slab;
+  std::vector<int> owner(layout.tensors.size(), -1);
+  for (size_t r = 0; r < layout.records.size(); ++r) {
+    for (int p : layout.records[r].parts) owner[p] = static_cast<int>(r);
+  }
+  // Non-expert tensors.
+  std::vector<uint8_t> data;
+  std::vector<float> scales;
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    if (owner[i] >= 0) continue;
+    LayoutTensor& lt = layout.tensors[i];
+    data.assign(lt.data_bytes, 0);
+    scales.assign(lt.scales_bytes / 4, 0.0f);
+    MOE_RETURN_IF_ERROR(QuantizeInto(in, ps.tensors[i], lt, data.data(), scales.data(), &slab));
+    uint32_t crc = crc32c::Value(data.data(), data.size());
+    crc = crc32c::Extend(crc, scales.data(), lt.scales_bytes);
+    lt.crc = crc32c::Mask(crc);
+    MOE_RETURN_IF_ERROR(PWriteAll(fd, data.data(), lt.data_bytes, base + lt.data_offset, tmp));
+    if (lt.scales_bytes > 0) {
+      MOE_RETURN_IF_ERROR(
+          PWriteAll(fd, scales.data(), lt.scales_bytes, base + lt.scales_offset, tmp));
+    }
+    advanced(ps.tensors[i].source_bytes);
+  }
+  // Expert records: assembled in memory, one write each.
+  AlignedBuffer rec;
+  for (auto& r : layout.records) {
+    if (rec.capacity() < r.length) rec = AlignedBuffer(r.length);
+    std::memset(rec.data(), 0, r.length);
+    uint64_t src_bytes = 0;
+    for (int p : r.parts) {
+      LayoutTensor& lt = layout.tensors[p];
+      uint8_t* d = rec.data() + (lt.data_offset - r.offset);
+      float* s = reinterpret_cast<float*>(rec.data() + (lt.scales_offset - r.offset));
+      MOE_RETURN_IF_ERROR(QuantizeInto(in, ps.tensors[p], lt, d, s, &slab));
+      uint32_t crc = crc32c::Value(d, lt.data_bytes);
+      crc = crc32c::Extend(crc, s, lt.scales_bytes);
+      lt.crc = crc32c::Mask(crc);
+      src_bytes += ps.tensors[p].source_bytes;
+    }
+    r.crc = crc32c::Mask(crc32c::Value(rec.data(), r.length));
+    MOE_RETURN_IF_ERROR(PWriteAll(fd, rec.data(), r.length, base + r.offset, tmp));
+    advanced(src_bytes);
+  }
+  MOE_ASSIGN_OR_RETURN(std::string final_header, RenderHeader(&layout));
+  if (final_header.size() != header.size()) return absl::InternalError("header length changed");
+  MOE_RETURN_IF_ERROR(PWriteAll(fd, final_header.data(), final_header.size(), 0, tmp));
+  if (::fsync(fd) != 0) return Errno("fsync", tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename", tmp);
+  return FsyncDir(o.out_dir);
+}
+
+// True if out_dir/<file> is a finished shard of this plan (and, with
+// verify_full, every CRC matches).
+bool ShardIsDone(const ConvertOptions& o, const Plan& plan, int k) {
+  const std::string path = o.out_dir + "/" + plan.shards[k].file;
+  if (!fs::exists(path)) return false;
+  OpenOptions opt;
+  opt.check_fp8_scales = false;
+  opt.direct_io = false;
+  auto reader = SafetensorsReader::Open(path, opt);
+  absl::Status s = reader.status();
+  if (s.ok()) {
+    auto contents = ReadShardContents(**reader, 0);
+    s = contents.status();
+    if (s.ok() && (contents->plan != plan.id ||
+                   contents->tensors.size() != plan.shards[k].tensors.size() ||
+                   contents->records.size() != plan.shards[k].records.size())) {
+      s = absl::DataLossError("written by a different conversion plan");
+    }
+    if (s.ok() && o.verify_full) s = VerifyShardData(**reader, 0, *contents);
+  }
+  if (!s.ok()) {
+    MOE_LOG(WARNING) << "redoing " << path << ": " << s.message();
+    return false;
+  }
+  return true;
+}
+
+absl::Status CopySideFiles(const std::string& in_dir, const std::string& out_dir) {
+  for (const auto& e : fs::directory_iterator(in_dir)) {
+    if (!e.is_regular_file()) continue;
+    const std::string name = e.path().filename().string();
+    const std::string ext = e.path().extension().string();
+    if (name == kIndexFileName || ext == ".safetensors" || ext == ".tmp") continue;
+    if (!(ext == ".json" || ext == ".jinja" || ext == ".model" || ext == ".txt" ||
+          ext == ".tiktoken" || ext == ".py" || ext == ".md")) {
+      continue;
+    }
+    MOE_ASSIGN_OR_RETURN(std::string content, ReadFile(e.path().string()));
+    MOE_RETURN_IF_ERROR(WriteFileAtomic(out_dir, name, content));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteManifest(const ConvertOptions& o, const Plan& plan) {
+  json shards = json::array();
+  json weight_map = json::object();
+  uint64_t total = 0;
+  for (size_t k = 0; k < plan.shards.size(); ++k) {
+    MOE_ASSIGN_OR_RETURN(ShardLayout layout, LayoutFor(plan, static_cast<int>(k)));
+    MOE_RETURN_IF_ERROR(RenderHeader(&layout).status());
+    shards.push_back({{"file", plan.shards[k].file}, {"bytes", layout.file_bytes()}});
+    total += layout.file_bytes();
+    for (const auto& t : layout.tensors) {
+      weight_map[t.name] = plan.shards[k].file;
+      if (t.scales_bytes > 0) weight_map[t.name + std::string(kScaleTensorSuffix)] = plan.shards[k].file;
+    }
+  }
+  json index = {{"metadata", {{"total_size", total}, {"format", "moestream-container"}}},
+                {"weight_map", weight_map}};
+  MOE_RETURN_IF_ERROR(WriteFileAtomic(o.out_dir, std::string(kIndexFileName), index.dump(1)));
+  json manifest = {{"magic", std::string(kContainerMagic)},
+                   {"version", kContainerVersion},
+                   {"model", plan.model},
+                   {"policy", plan.policy},
+                   {"plan", plan.id},
+                   {"total_bytes", total},
+                   {"shards", shards}};
+  return WriteFileAtomic(o.out_dir, std::string(kManifestFileName), manifest.dump(1));
+}
+
+}  // namespace
+
+absl::StatusOr<ConvertResult> ConvertCheckpoint(const ConvertOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", o.out_dir, ": ", ec.message()));
+  const std::string plan_path = o.out_dir + "/" + std::string(kPlanFileName);
+  Plan plan;
+  if (fs::exists(plan_path)) {
+    MOE_ASSIGN_OR_RETURN(std::string text, ReadFile(plan_path));
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded()) return absl::DataLossError(absl::StrCat(plan_path, ": not valid JSON"));
+    MOE_ASSIGN_OR_RETURN(plan, PlanFromJson(j, plan_path));
+    if (plan.policy != o.policy.ToString()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          o.out_dir, " holds a conversion with policy ", plan.policy, "; this run asks for ",
+          o.policy.ToString(), " (use another --out or remove it)"));
+    }
+    plan.id = Hex32(crc32c::Mask(crc32c::Value(text.data(), text.size())));
+    MOE_LOG(INFO) << "resuming the conversion planned in " << plan_path;
+  } else {
+    MOE_ASSIGN_OR_RETURN(plan, MakePlan(o));
+    MOE_RETURN_IF_ERROR(CopySideFiles(o.in_dir, o.out_dir));
+    const std::string text = PlanToJson(plan).dump(1);
+    MOE_RETURN_IF_ERROR(WriteFileAtomic(o.out_dir, std::string(kPlanFileName), text));
+    plan.id = Hex32(crc32c::Mask(crc32c::Value(text.data(), text.size())));
+  }
+  ConvertResult res;
+  res.num_shards = static_cast<int>(plan.shards.size());
+  const int n = res.num_shards;
+  std::vector<bool> done(n, false);
+  for (int k = 0; k < n; ++k) done[k] = ShardIsDone(o, plan, k);
+  ConvertProgress prog;
+  prog.num_shards = n;
+  for (int k = 0; k < n; ++k) {
+    if (!done[k]) prog.bytes_total += plan.shards[k].source_bytes;
+  }
+  InputSet inputs(o.in_dir, plan);
+  auto maybe_delete = [&]() -> absl::Status {
+    if (!o.delete_source) return absl::OkStatus();
+    for (int j = 0; j < static_cast<int>(plan.inputs.size()); ++j) {
+      bool needed = false;
+      for (int k = 0; k < n && !needed; ++k) needed = !done[k] && plan.shards[k].inputs.count(j);
+      const std::string path = o.in_dir + "/" + plan.inputs[j];
+      if (!needed && fs::exists(path)) {
+        inputs.Close(j);
+        if (::unlink(path.c_str()) != 0) return Errno("delete", path);
+        res.deleted.push_back(plan.inputs[j]);
+      }
+    }
+    return absl::OkStatus();
+  };
+  for (int k = 0; k < n; ++k) {
+    if (done[k]) {
+      ++res.shards_verified;
+      continue;
+    }
+    if (o.max_shards >= 0 && res.shards_written >= o.max_shards) break;
+    for (int j : plan.shards[k].inputs) {
+      const std::string path = o.in_dir + "/" + plan.inputs[j];
+      if (!fs::exists(path)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "input shard ", path, " is needed for output ", plan.shards[k].file,
+            " but is gone"));
+      }
+    }
+    prog.shard = k + 1;
+    auto advanced = [&](uint64_t b) {
+      prog.bytes_done += b;
+      prog.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (o.progress) o.progress(prog);
+    };
+    absl::Status s = WriteShard(o, plan, k, &inputs, advanced);
+    if (!s.ok()) return Annotate(s, absl::StrCat("converting output shard ", plan.shards[k].file));
+    done[k] = true;
+    ++res.shards_written;
+    res.bytes_in += plan.shards[k].source_bytes;
+    res.bytes_out += fs::file_size(o.out_dir + "/" + plan.shards[k].file);
+    MOE_RETURN_IF_ERROR(maybe_delete());
+  }
+  if (std::all_of(done.begin(), done.end(), [](bool b) { return b; })) {
+    MOE_RETURN_IF_ERROR(WriteManifest(o, plan));
+    MOE_RETURN_IF_ERROR(maybe_delete());
+    res.complete = true;
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace moe

@@ -1,0 +1,239 @@
+// AVX-512 kernels (F + BW + VL + VNNI). Compiled with AVX-512 flags only in
+// this file; reached through the dispatcher after CPUID + XCR0 checks.
+//
+// IDOT: vpdpbusd multiplies UNSIGNED weight codes (q + bias: q8 w^0x80 in
+// 0..255, q4 nibble 0..15, q2 crumb 0..3) by SIGNED int8 activations and adds
+// groups of 4 products into int32 without saturation. The bias is removed by
+// starting each lane at c = -bias * sum(x) (precomputed per activation row),
+// so every lane holds the exact integer sum the canonical order asks for.
+// Overflow: |lane| <= 4*planes*255*127 per block; with cols <= 2^18 the per-row
+// sum stays below 2^18/4 * 4 * 255 * 127 < 2^31 / 2.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "common/kernels/kernel_impl.h"
+
+namespace moe::kernels::internal {
+namespace {
+
+// Canonical Reduce16 (kernel_impl.h) on a zmm.
+inline float Reduce(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 b = _mm256_add_ps(lo, hi);
+  const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+  const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
+}
+
+inline __m512 WeightLanes512(const Layout& L, const float* ws, int64_t u) {
+  if (L.per_row) return _mm512_set1_ps(ws[0]);
+  if (!UnitComplete(L, u)) {
+    alignas(64) float t[kLanes];
+    WeightLanes(L, ws, u, t);
+    return _mm512_load_ps(t);
+  }
+  const float* p = ws + u * L.gpu;
+  if (L.gpu == 1) return _mm512_set1_ps(p[0]);
+  if (L.gpu == 2) {
+    const __m512 v = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), v);
+  }
+  const __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(p));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), v);
+}
+
+// SPLIT: two int32 chains per row (units of many blocks, i.e. per-row
+// formats, where one dpbusd latency chain would bound the loop); single chain
+// for one-block units (fewer ops per unit; units overlap out of order).
+template <int BITS, int NR, bool SPLIT>
+inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const IdotActs& a,
+                    int64_t r0, int64_t o, const Out& out) {
+  alignas(64) uint8_t tmp[kBlockBytes];
+  const __m512i mask = _mm512_set1_epi8(BITS == 4 ? 0x0F : 0x03);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int8_t* xq[NR];
+  for (int r = 0; r < NR; ++r) xq[r] = a.q + (r0 + r) * L.act_stride;
+  __m512 facc[NR];
+  for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < L.nunits; ++u) {
+    __m512i acc[NR], acc2[NR];
+    for (int r = 0; r < NR; ++r) {
+      acc[r] = _mm512_loadu_si512(a.c + (r0 + r) * a.lane_stride + u * kLanes);
+      acc2[r] = _mm512_setzero_si512();
+    }
+    const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
+    for (int64_t b = b0; b < b1; ++b) {
+      const __m512i w = _mm512_loadu_si512(BlockPtr(row, b, L.row_bytes, tmp));
+      if constexpr (BITS == 8) {
+        const __m512i wu = _mm512_xor_si512(w, flip);
+        for (int r = 0; r < NR; ++r)
+          acc[r] = _mm512_dpbusd_epi32(acc[r], wu, _mm512_loadu_si512(xq[r] + b * 64));
+      } else if constexpr (BITS == 4) {
+        const __m512i lo = _mm512_and_si512(w, mask);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+        for (int r = 0; r < NR; ++r) {
+          const int8_t* xb = xq[r] + b * 128;
+          acc[r] = _mm512_dpbusd_epi32(acc[r], lo, _mm512_loadu_si512(xb));
+          if constexpr (SPLIT) {
+            acc2[r] = _mm512_dpbusd_epi32(acc2[r], hi, _mm512_loadu_si512(xb + 64));
+          } else {
+            acc[r] = _mm512_dpbusd_epi32(acc[r], hi, _mm512_loadu_si512(xb + 64));
+          }
+        }
+      } else {
+        const __m512i c0 = _mm512_and_si512(w, mask);
+        const __m512i c1 = _mm512_and_si512(_mm512_srli_epi16(w, 2), mask);
+        const __m512i c2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+        const __m512i c3 = _mm512_and_si512(_mm512_srli_epi16(w, 6), mask);
+        for (int r = 0; r < NR; ++r) {
+          const int8_t* xb = xq[r] + b * 256;
+          __m512i& second = SPLIT ? acc2[r] : acc[r];
+          acc[r] = _mm512_dpbusd_epi32(acc[r], c0, _mm512_loadu_si512(xb));
+          second = _mm512_dpbusd_epi32(second, c1, _mm512_loadu_si512(xb + 64));
+          acc[r] = _mm512_dpbusd_epi32(acc[r], c2, _mm512_loadu_si512(xb + 128));
+          second = _mm512_dpbusd_epi32(second, c3, _mm512_loadu_si512(xb + 192));
+        }
+      }
+    }
+    const __m512 wl = WeightLanes512(L, ws, u);
+    for (int r = 0; r < NR; ++r) {
+      const __m512i p = SPLIT ? _mm512_add_epi32(acc[r], acc2[r]) : acc[r];
+      const __m512 sc = _mm512_mul_ps(wl, _mm512_loadu_ps(a.xs + (r0 + r) * a.lane_stride + u * kLanes));
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, facc[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) Store(out, r0 + r, o, Reduce(facc[r]));
+}
+
+template <int BITS, bool SPLIT>
+void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
+              int64_t o1, const Out& out) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const uint8_t* row = w.data + o * L.row_bytes;
+    const float* ws = w.scales + o * L.gpr;
+    int64_t r = 0;
+    for (; r + 4 <= s; r += 4) IdotRow<BITS, 4, SPLIT>(L, row, ws, a, r, o, out);
+    switch (s - r) {
+      case 3: IdotRow<BITS, 3, SPLIT>(L, row, ws, a, r, o, out); break;
+      case 2: IdotRow<BITS, 2, SPLIT>(L, row, ws, a, r, o, out); break;
+      case 1: IdotRow<BITS, 1, SPLIT>(L, row, ws, a, r, o, out); break;
+      default: break;
+    }
+  }
+}
+
+void Idot(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0, int64_t o1,
+          const Out& out) {
+  const bool split = L.unit_blocks > 1;
+  switch (L.bits) {
+    case 8: return IdotImpl<8, false>(L, w, a, s, o0, o1, out);
+    case 4: return split ? IdotImpl<4, true>(L, w, a, s, o0, o1, out) : IdotImpl<4, false>(L, w, a, s, o0, o1, out);
+    default: return split ? IdotImpl<2, true>(L, w, a, s, o0, o1, out) : IdotImpl<2, false>(L, w, a, s, o0, o1, out);
+  }
+}
+
+// ---- float path: dequantize 16 codes at a time, f32 FMA, 4 accumulators ----
+template <int BITS, int NR>
+inline void FloatRow(const Layout& L, const uint8_t* row, const float* ws, const FloatActs& a,
+                     int64_t r0, int64_t o, const Out& out) {
+  alignas(64) uint8_t tmp[kBlockBytes];
+  const float* xr[NR];
+  for (int r = 0; r < NR; ++r) xr[r] = a.x + (r0 + r) * L.act_stride;
+  __m512 acc[NR][4];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < L.nblocks; ++b) {
+    const uint8_t* blk = BlockPtr(row, b, L.row_bytes, tmp);
+    if constexpr (BITS == 32) {
+      const __m512 wv = _mm512_loadu_ps(reinterpret_cast<const float*>(blk));
+      for (int r = 0; r < NR; ++r)
+        acc[r][b & 3] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr[r] + b * 16), acc[r][b & 3]);
+    } else if constexpr (BITS == 16) {
+      for (int h = 0; h < 2; ++h) {
+        const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * h)));
+        const __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        for (int r = 0; r < NR; ++r)
+          acc[r][h] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr[r] + b * 32 + 16 * h), acc[r][h]);
+      }
+    } else {
+      for (int j = 0; j < 4; ++j) {
+        const __m512 wsv = _mm512_set1_ps(ws[ChunkGroup(L, b, j)]);
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * j));
+        if constexpr (BITS == 8) {
+          const __m512 wv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), wsv);
+          for (int r = 0; r < NR; ++r)
+            acc[r][j] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr[r] + b * 64 + 16 * j), acc[r][j]);
+        } else {
+          const __m512i v = _mm512_cvtepu8_epi32(raw);
+          constexpr int kPlanes = 8 / BITS;
+          for (int p = 0; p < kPlanes; ++p) {
+            const __m512i code = _mm512_and_si512(_mm512_srli_epi32(v, p * BITS), _mm512_set1_epi32((1 << BITS) - 1));
+            const __m512 q = _mm512_cvtepi32_ps(_mm512_sub_epi32(code, _mm512_set1_epi32(1 << (BITS - 1))));
+            const __m512 wv = _mm512_mul_ps(q, wsv);
+            for (int r = 0; r < NR; ++r)
+              acc[r][j] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr[r] + b * L.block_elems + p * 64 + 16 * j), acc[r][j]);
+          }
+        }
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    const __m512 t = _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
+    Store(out, r0 + r, o, Reduce(t));
+  }
+}
+
+template <int BITS>
+void FloatImpl(const Layout& L, const QMatrix& w, const FloatActs& a, int64_t s, int64_t o0,
+               int64_t o1, const Out& out) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const uint8_t* row = w.data + o * L.row_bytes;
+    const float* ws = w.scales == nullptr ? nullptr : w.scales + o * L.gpr;
+    int64_t r = 0;
+    for (; r + 4 <= s; r += 4) FloatRow<BITS, 4>(L, row, ws, a, r, o, out);
+    switch (s - r) {
+      case 3: FloatRow<BITS, 3>(L, row, ws, a, r, o, out); break;
+      case 2: FloatRow<BITS, 2>(L, row, ws, a, r, o, out); break;
+      case 1: FloatRow<BITS, 1>(L, row, ws, a, r, o, out); break;
+      default: break;
+    }
+  }
+}
+
+void Fdot(const Layout& L, const QMatrix& w, const FloatActs& a, int64_t s, int64_t o0, int64_t o1,
+          const Out& out) {
+  switch (L.bits) {
+    case 32: return FloatImpl<32>(L, w, a, s, o0, o1, out);
+    case 16: return FloatImpl<16>(L, w, a, s, o0, o1, out);
+    case 8: return FloatImpl<8>(L, w, a, s, o0, o1, out);
+    case 4: return FloatImpl<4>(L, w, a, s, o0, o1, out);
+    default: return FloatImpl<2>(L, w, a, s, o0, o1, out);
+  }
+}
+
+int64_t Peak(int64_t iters) {
+  constexpr int kChains = 12;  // > latency x throughput of vpdpbusd
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+  for (int64_t n = 0; n < iters; ++n) {
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[5]), "+v"(acc[11]));
+  }
+  __m512i t = acc[0];
+  for (int i = 1; i < kChains; ++i) t = _mm512_add_epi32(t, acc[i]);
+  volatile int sink = _mm512_reduce_add_epi32(t);
+  (void)sink;
+  return iters * kChains * 64;
+}
+
+}  // namespace
+
+const IsaTable& Avx512Table() {
+  static constexpr IsaTable kTable = {Idot, Fdot, Peak};
+  return kTable;
+}
+
+}  // namespace moe::kernels::internal

@@ -1,0 +1,155 @@
+// Internal contract between the kernel driver (kernels.cc, baseline ISA) and
+// the per-ISA kernel files (scalar.cc, avx2.cc, avx512.cc). Not a public API.
+//
+// Blocks: every stored row is cut into blocks of 64 weight bytes (64 q8, 128
+// q4, 256 q2, 16 f32, 32 bf16 elements); the last block is zero-padded. The
+// prepared activations use the same blocks, zero-padded, and for q4 / q2 are
+// permuted per block into bit planes: plane p holds the elements stored in
+// bits [p*bits, (p+1)*bits) of the 64 weight bytes, i.e. for q4
+// [x0 x2 x4 ... x126 | x1 x3 ... x127], for q2 [x0 x4 ..| x1 x5 ..| ..].
+// Plane byte t then multiplies weight byte t, so a SIMD lane needs no shuffles.
+//
+// IDOT canonical order (what makes every ISA bit-identical):
+//   lane k (0..15) of block b = weight bytes 4k..4k+3 of the block (all their
+//   planes); P[k] = exact int32 sum over those elements of q_w * q_x.
+//   unit = max(group, block) elements (whole row for per-row formats); per
+//   unit, P[k] is summed over its blocks in int32 (exact), then
+//     facc[k] = fma(float(P[k]), ws_lane[k] * xs_lane[k], facc[k])   (f32)
+//   y = ((facc[i]+facc[i+8]) -> (+i+4) -> (+i+2) -> (+i+1)) (Reduce16).
+//   Integer sums are exact in any order, so ISAs may use different integer
+//   tricks (VNNI bias, maddubs sign trick); the float steps are identical.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "common/format/qformat.h"
+#include "common/kernels/kernels.h"
+
+namespace moe::kernels::internal {
+
+inline constexpr int kLanes = 16;
+inline constexpr int kBlockBytes = 64;
+
+// Geometry of one (format, cols) pair.
+struct Layout {
+  QFormat format = QFormat::kF32;
+  int bits = 32;
+  int planes = 1;           // elements per weight byte (q8 1, q4 2, q2 4); 1 for float formats
+  int64_t cols = 0;
+  int64_t row_bytes = 0;
+  int64_t gpr = 0;          // scale groups per row (0 for float formats)
+  int64_t group = 0;        // elements per weight scale group (cols for per-row)
+  bool per_row = false;     // one scale per row
+  int64_t block_elems = 0;  // elements per 64-byte block
+  int64_t nblocks = 0;      // blocks per row (last one padded)
+  int64_t act_stride = 0;   // prepared activation elements per row = nblocks * block_elems
+  // IDOT only:
+  int bias = 0;             // unsigned offset of the stored code (q8 128, q4 8, q2 2)
+  int64_t unit_blocks = 0;  // blocks per unit
+  int64_t nunits = 0;
+  int gpu = 1;              // weight groups per unit
+  int lanes_per_group = 16;
+};
+
+Layout MakeLayout(QFormat format, int64_t cols);
+
+// Prepared int8 activations for IDOT (S rows).
+struct IdotActs {
+  const int8_t* q = nullptr;   // [S][act_stride], permuted as described above
+  const int32_t* c = nullptr;  // [S][nunits*16]: -bias * sum of q_x over lane k of unit u
+  const float* xs = nullptr;   // [S][nunits*16]: activation scale of lane k's group (0 if none)
+  int64_t lane_stride = 0;     // nunits*16
+};
+
+// Prepared float activations (S rows, [S][act_stride], permuted like IdotActs::q).
+struct FloatActs {
+  const float* x = nullptr;
+};
+
+// Output epilogue: y[s*ldy + o] = v, or += alpha[s] * v when alpha is set.
+struct Out {
+  float* y = nullptr;
+  int64_t ldy = 0;
+  const float* alpha = nullptr;
+};
+
+inline void Store(const Out& out, int64_t s, int64_t o, float v) {
+  float* p = out.y + s * out.ldy + o;
+  if (out.alpha != nullptr) {
+    const float t = out.alpha[s] * v;
+    *p = *p + t;
+  } else {
+    *p = v;
+  }
+}
+
+// Canonical 16-lane reduction tree.
+inline float Reduce16(const float* a) {
+  float b[8], c[4];
+  for (int i = 0; i < 8; ++i) b[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) c[i] = b[i] + b[i + 4];
+  const float d0 = c[0] + c[2], d1 = c[1] + c[3];
+  return d0 + d1;
+}
+
+// Pointer to block b of a row; copies a partial last block into tmp (zeroed).
+inline const uint8_t* BlockPtr(const uint8_t* row, int64_t b, int64_t row_bytes, uint8_t* tmp) {
+  const int64_t off = b * kBlockBytes;
+  if (off + kBlockBytes <= row_bytes) return row + off;
+  std::memset(tmp, 0, kBlockBytes);
+  std::memcpy(tmp, row + off, static_cast<size_t>(row_bytes - off));
+  return tmp;
+}
+
+// Weight scale of each lane of unit u (0 for groups past the row end).
+inline void WeightLanes(const Layout& L, const float* ws_row, int64_t u, float* out) {
+  for (int k = 0; k < kLanes; ++k) {
+    const int64_t g = L.per_row ? 0 : u * L.gpu + k / L.lanes_per_group;
+    out[k] = g < L.gpr ? ws_row[g] : 0.0f;
+  }
+}
+// True if all groups of unit u exist (SIMD kernels may then load scales directly).
+inline bool UnitComplete(const Layout& L, int64_t u) {
+  return L.per_row || (u + 1) * L.gpu <= L.gpr;
+}
+
+// Group index of a 16-byte chunk j (0..3) of block b, for the float path.
+inline int64_t ChunkGroup(const Layout& L, int64_t b, int j) {
+  if (L.per_row) return 0;
+  const int64_t g = (b * L.block_elems + j * 16 * L.planes) / L.group;
+  return g < L.gpr ? g : L.gpr - 1;  // padded chunks multiply zeros
+}
+
+using IdotFn = void (*)(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s,
+                        int64_t o0, int64_t o1, const Out& out);
+using FloatFn = void (*)(const Layout& L, const QMatrix& w, const FloatActs& a, int64_t s,
+                         int64_t o0, int64_t o1, const Out& out);
+
+// Runs `iters` iterations of the ISA's int8 dot instruction mix on
+// registers only; returns the multiply-adds done (for the peak probe).
+using PeakFn = int64_t (*)(int64_t iters);
+
+struct IsaTable {
+  IdotFn idot;
+  FloatFn fdot;
+  PeakFn peak;
+};
+
+const IsaTable& ScalarTable();
+const IsaTable& Avx2Table();
+#ifndef MOE_NO_AVX512
+const IsaTable& Avx512Table();
+#endif
+
+const IsaTable& TableFor(Isa isa);  // scalar for kAuto
+
+// Activation preparation (baseline code, shared by all ISAs so the int8
+// activations are identical everywhere).
+void PrepareIdot(const Layout& L, const float* x, int64_t s, int8_t* q, int32_t* c, float* xs);
+void PrepareFloat(const Layout& L, const float* x, int64_t s, float* xp);
+// Dequantizes row r of w into out[cols].
+void DequantizeRow(const QMatrix& w, int64_t r, float* out);
+
+}  // namespace moe::kernels::internal

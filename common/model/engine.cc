@@ -1,0 +1,152 @@
+#include "common/model/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "common/base/status.h"
+
+namespace moe {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t SplitMix(uint64_t* s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::string MemoryPlan::ToString() const {
+  auto mib = [](int64_t b) { return absl::StrCat(b / (1 << 20), " MiB (", b, " B)"); };
+  return absl::StrCat("memory plan: resident weights ", mib(resident_bytes), "; experts total ",
+                      mib(expert_total_bytes), " (", expert_bytes_each, " B each); expert cache ",
+                      mib(expert_cache_bytes), "; KV ", kv_bytes_per_token, " B/token");
+}
+
+absl::StatusOr<MemoryPlan> Engine::Plan(const std::string& model_dir, const EngineConfig& cfg) {
+  MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(model_dir));
+  MemoryPlan p;
+  p.resident_bytes = PlanResidentBytes(c, cfg.load_mtp);
+  p.expert_bytes_each = PlanExpertBytes(c);
+  int64_t moe_layers = cfg.load_mtp ? 1 : 0;
+  for (bool m : c.layer_is_moe) moe_layers += m;
+  p.expert_total_bytes = p.expert_bytes_each * c.n_routed_experts * moe_layers;
+  p.expert_cache_bytes = std::min(cfg.expert_budget_bytes, p.expert_total_bytes);
+  int64_t per_layer = c.kv_lora_rank + c.qk_rope_head_dim;
+  int64_t w = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) w += per_layer + (c.has_indexer && c.indexer_full[l] ? c.index_head_dim : 0);
+  p.kv_bytes_per_token = w * (cfg.kv_dtype == KvDtype::kF32 ? 4 : 2);
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_dir, const EngineConfig& cfg) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->cfg_ = cfg;
+  MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(model_dir));
+  MOE_ASSIGN_OR_RETURN(e->ck_, HfCheckpoint::Open(model_dir));
+  LoadOptions lo;
+  lo.load_mtp = cfg.load_mtp;
+  MOE_ASSIGN_OR_RETURN(auto weights, LoadResidentWeights(*e->ck_, c, lo));
+  MOE_RETURN_IF_ERROR(ValidateExperts(*e->ck_, c, weights->mtp != nullptr));
+  const HfCheckpoint* ck = e->ck_.get();
+  const ModelConfig cc = c;
+  e->store_ = std::make_unique<InProcessExpertStore>(
+      [ck, cc](int layer, int expert) { return LoadExpertFromCheckpoint(*ck, cc, layer, expert); },
+      cfg.expert_budget_bytes);
+  EngineOptions opt;
+  opt.numerics = cfg.numerics.value_or(c.dtype == "float32" ? Numerics::kF32 : Numerics::kHfBf16);
+  opt.attention = cfg.attention;
+  e->model_ = std::make_unique<Model>(std::move(c), std::move(weights), e->store_.get(), opt);
+  return e;
+}
+
+int32_t SampleToken(const float* logits, int64_t n, const SamplingParams& sp, uint64_t* rng_state) {
+  if (sp.greedy || sp.temperature <= 0) return Argmax(logits, n);
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  int64_t keep = n;
+  if (sp.top_k > 0) keep = std::min<int64_t>(keep, sp.top_k);
+  std::vector<double> p(keep);
+  const double mx = logits[idx[0]];
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    p[i] = std::exp((logits[idx[i]] - mx) / sp.temperature);
+    sum += p[i];
+  }
+  if (sp.top_p < 1.0) {
+    double cum = 0;
+    int64_t k = 0;
+    for (; k < keep; ++k) {
+      cum += p[k] / sum;
+      if (cum >= sp.top_p) {
+        ++k;
+        break;
+      }
+    }
+    keep = std::max<int64_t>(1, std::min(k, keep));
+    sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += p[i];
+  }
+  const double u = static_cast<double>(SplitMix(rng_state) >> 11) * (1.0 / 9007199254740992.0) * sum;
+  double cum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += p[i];
+    if (u < cum) return idx[i];
+  }
+  return idx[keep - 1];
+}
+
+absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt, int64_t max_tokens,
+                                                const SamplingParams& sp, KvCache& cache) const {
+  GenerateResult r;
+  if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  const ModelConfig& c = config();
+  if (cache.length() + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_tokens - 1, 0) >
+      c.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("prompt (", prompt.size(), " tokens) + ", max_tokens,
+                                              " new tokens exceed the context length ", c.max_position_embeddings));
+  }
+  uint64_t rng = sp.seed;
+  double t0 = Now();
+  MOE_ASSIGN_OR_RETURN(ForwardResult f, model_->Forward(prompt, cache, /*all_rows=*/false));
+  r.prefill_seconds = Now() - t0;
+  t0 = Now();
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int32_t t = SampleToken(f.logits.data(), c.vocab_size, sp, &rng);
+    r.tokens.push_back(t);
+    if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end()) {
+      r.stopped_at_eos = true;
+      break;
+    }
+    if (i + 1 == max_tokens) break;
+    const int32_t one[1] = {t};
+    MOE_ASSIGN_OR_RETURN(f, model_->Forward(one, cache, false));
+  }
+  cache.set_pending_token(r.tokens.empty() || r.stopped_at_eos ? -1 : r.tokens.back());
+  r.decode_seconds = Now() - t0;
+  return r;
+}
+
+absl::StatusOr<std::vector<ScoreRow>> Engine::Score(std::span<const int32_t> ids) const {
+  KvCache cache = NewCache();
+  MOE_ASSIGN_OR_RETURN(ForwardResult f, model_->Forward(ids, cache, /*all_rows=*/true));
+  const int64_t V = config().vocab_size;
+  std::vector<ScoreRow> rows(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float* lg = f.logits.data() + i * V;
+    rows[i].argmax = Argmax(lg, V);
+    rows[i].argmax_logprob = LogProb(lg, V, rows[i].argmax);
+    rows[i].next_logprob = i + 1 < ids.size() ? LogProb(lg, V, ids[i + 1]) : 0.0;
+  }
+  return rows;
+}
+
+}  // namespace moe

@@ -1,0 +1,91 @@
+// Engine: one loaded model (HF checkpoint dir), its expert store, and the
+// generation / scoring loops used by `moe run`, `moe score` and tests.
+//
+// Memory plan: resident weights (from the config) + expert cache budget +
+// KV cache for the requested context; Plan() computes it before anything is
+// loaded so the CLI can print it and refuse a plan that does not fit.
+// Thread safety: Generate/Score on distinct caches may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/format/model_config.h"
+#include "common/model/expert_store.h"
+#include "common/model/hf_checkpoint.h"
+#include "common/model/kv_cache.h"
+#include "common/model/model.h"
+
+namespace moe {
+
+struct EngineConfig {
+  int64_t expert_budget_bytes = int64_t{1} << 62;  // in-process expert LRU budget
+  std::optional<Numerics> numerics;                // default: from config dtype (bf16 -> kHfBf16)
+  AttentionPath attention = AttentionPath::kExplicit;
+  KvDtype kv_dtype = KvDtype::kF32;
+  bool load_mtp = true;
+};
+
+struct MemoryPlan {
+  int64_t resident_bytes = 0;      // non-expert weights
+  int64_t expert_bytes_each = 0;   // one routed expert (bf16)
+  int64_t expert_total_bytes = 0;  // all routed experts
+  int64_t expert_cache_bytes = 0;  // min(budget, total)
+  int64_t kv_bytes_per_token = 0;
+  std::string ToString() const;
+};
+
+struct SamplingParams {
+  bool greedy = true;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;  // 0 = off
+  uint64_t seed = 0;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  bool stopped_at_eos = false;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+struct ScoreRow {
+  int32_t argmax = 0;
+  double argmax_logprob = 0;
+  double next_logprob = 0;  // log p(ids[i+1]) (0 for the last row)
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<MemoryPlan> Plan(const std::string& model_dir, const EngineConfig& cfg);
+  static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& model_dir, const EngineConfig& cfg);
+
+  const Model& model() const { return *model_; }
+  Model& mutable_model() { return *model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  InProcessExpertStore& experts() { return *store_; }
+  KvCache NewCache() const { return KvCache::ForModel(config(), cfg_.kv_dtype); }
+
+  // Feeds the prompt (continuing `cache`) and generates up to max_tokens,
+  // stopping after an EOS id. The cache ends holding prompt + all generated
+  // tokens but the last, which is recorded as cache.pending_token().
+  absl::StatusOr<GenerateResult> Generate(std::span<const int32_t> prompt, int64_t max_tokens,
+                                          const SamplingParams& sp, KvCache& cache) const;
+  // Teacher-forced scoring of ids in one batch (fresh cache).
+  absl::StatusOr<std::vector<ScoreRow>> Score(std::span<const int32_t> ids) const;
+
+ private:
+  EngineConfig cfg_;
+  std::unique_ptr<HfCheckpoint> ck_;
+  std::unique_ptr<InProcessExpertStore> store_;
+  std::unique_ptr<Model> model_;
+};
+
+// Samples from logits (greedy = argmax). `rng_state` advances.
+int32_t SampleToken(const float* logits, int64_t n, const SamplingParams& sp, uint64_t* rng_state);
+
+}  // namespace moe

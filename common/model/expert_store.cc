@@ -1,0 +1,66 @@
+#include "common/model/expert_store.h"
+
+#include "common/base/status.h"
+
+namespace moe {
+
+InProcessExpertStore::InProcessExpertStore(ExpertLoader loader, int64_t budget_bytes)
+    : loader_(std::move(loader)), budget_(budget_bytes < 0 ? 0 : budget_bytes) {}
+
+InProcessExpertStore::~InProcessExpertStore() = default;
+
+absl::StatusOr<ExpertLease> InProcessExpertStore::Get(int layer, int expert) {
+  const uint64_t key = Key(layer, expert);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.gets;
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    ++stats_.hits;
+    lru_.splice(lru_.begin(), lru_, it->second.lru_it);
+  } else {
+    ++stats_.misses;
+    auto loaded = loader_(layer, expert);
+    if (!loaded.ok()) return Annotate(loaded.status(), absl::StrCat("expert (layer ", layer, ", id ", expert, ")"));
+    Entry e;
+    e.expert = std::make_unique<OwnedExpert>(std::move(*loaded));
+    e.view = e.expert->View();
+    const int64_t b = e.expert->Bytes();
+    stats_.bytes_read += b;
+    stats_.resident_bytes += b;
+    lru_.push_front(key);
+    e.lru_it = lru_.begin();
+    it = entries_.emplace(key, std::move(e)).first;
+  }
+  ++it->second.pins;
+  const ExpertWeights* w = &it->second.view;
+  TrimLocked();
+  return ExpertLease(w, [this, key] { Release(key); });
+}
+
+void InProcessExpertStore::Release(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  --it->second.pins;
+  TrimLocked();
+}
+
+void InProcessExpertStore::TrimLocked() {
+  auto rit = lru_.end();
+  while (stats_.resident_bytes > budget_ && rit != lru_.begin()) {
+    --rit;
+    auto it = entries_.find(*rit);
+    if (it->second.pins > 0) continue;
+    stats_.resident_bytes -= it->second.expert->Bytes();
+    ++stats_.evictions;
+    rit = lru_.erase(rit);
+    entries_.erase(it);
+  }
+}
+
+ExpertSourceStats InProcessExpertStore::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace moe

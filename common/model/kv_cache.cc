@@ -1,0 +1,209 @@
+#include "common/model/kv_cache.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/base/status.h"
+#include "common/model/bf16.h"
+
+namespace moe {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'V', 'C', 'C', '1'};
+constexpr uint32_t kVersion = 1;
+
+// File layout (little-endian):
+//   FileHeader
+//   int32 tokens[num_tokens]
+//   per layer: LayerHeader, then latent, rope, index-key rows (n x width x elem)
+//   uint32 crc32 of every preceding byte
+struct FileHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t dtype;
+  uint32_t num_layers;
+  int32_t pending_token;
+  int64_t latent_dim;
+  int64_t rope_dim;
+  int64_t index_dim;
+  int64_t num_tokens;
+};
+static_assert(sizeof(FileHeader) == 56, "FileHeader layout");
+struct LayerHeader {
+  int64_t n;
+  uint32_t has_index;
+  uint32_t reserved;
+};
+static_assert(sizeof(LayerHeader) == 16, "LayerHeader layout");
+
+uint32_t kCrcTable[256];
+bool InitCrc() {
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    kCrcTable[i] = c;
+  }
+  return true;
+}
+const bool kCrcInit = InitCrc();
+
+}  // namespace
+
+uint32_t Crc32(const uint8_t* data, size_t n, uint32_t crc) {
+  (void)kCrcInit;
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = kCrcTable[(crc ^ data[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+KvCache::KvCache(int64_t latent_dim, int64_t rope_dim, int64_t index_dim, std::vector<bool> index_key, KvDtype dtype)
+    : latent_(latent_dim), rope_(rope_dim), index_(index_dim), dtype_(dtype) {
+  layers_.resize(index_key.size());
+  for (size_t i = 0; i < index_key.size(); ++i) layers_[i].has_index = index_key[i];
+}
+
+KvCache KvCache::ForModel(const ModelConfig& c, KvDtype dtype, bool mtp) {
+  std::vector<bool> idx;
+  if (mtp) {
+    idx.push_back(c.has_indexer);
+  } else {
+    for (int l = 0; l < c.num_hidden_layers; ++l) idx.push_back(c.has_indexer && c.indexer_full[l]);
+  }
+  return KvCache(c.kv_lora_rank, c.qk_rope_head_dim, c.has_indexer ? c.index_head_dim : 0, idx, dtype);
+}
+
+void KvCache::Append(int layer, Stream s, const float* row) {
+  Layer& L = layers_[layer];
+  const int64_t w = width(s);
+  auto& d = L.data[s];
+  const size_t off = d.size();
+  d.resize(off + w * ElemBytes());
+  if (dtype_ == KvDtype::kF32) {
+    std::memcpy(d.data() + off, row, w * 4);
+  } else {
+    for (int64_t i = 0; i < w; ++i) {
+      const uint16_t b = F32ToBF16Bits(row[i]);
+      std::memcpy(d.data() + off + 2 * i, &b, 2);
+    }
+  }
+  if (s == kLatent) ++L.n;
+}
+
+void KvCache::Read(int layer, Stream s, int64_t t0, int64_t n, float* out) const {
+  const Layer& L = layers_[layer];
+  const int64_t w = width(s);
+  const uint8_t* src = L.data[s].data() + t0 * w * ElemBytes();
+  if (dtype_ == KvDtype::kF32) {
+    std::memcpy(out, src, n * w * 4);
+  } else {
+    for (int64_t i = 0; i < n * w; ++i) {
+      uint16_t b;
+      std::memcpy(&b, src + 2 * i, 2);
+      out[i] = BF16BitsToF32(b);
+    }
+  }
+}
+
+void KvCache::Truncate(int64_t n) {
+  if (static_cast<int64_t>(tokens_.size()) > n) tokens_.resize(n);
+  for (Layer& L : layers_) {
+    if (L.n <= n) continue;
+    L.n = n;
+    for (int s = 0; s < 3; ++s) {
+      const int64_t w = width(static_cast<Stream>(s));
+      const size_t want = static_cast<size_t>(n * w * ElemBytes());
+      if (L.data[s].size() > want) L.data[s].resize(want);
+    }
+  }
+}
+
+int64_t KvCache::Bytes() const {
+  int64_t b = 0;
+  for (const Layer& L : layers_) {
+    for (int s = 0; s < 3; ++s) b += static_cast<int64_t>(L.data[s].size());
+  }
+  return b;
+}
+
+absl::Status KvCache::Save(const std::string& path) const {
+  std::string buf;
+  FileHeader h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kVersion;
+  h.dtype = static_cast<uint32_t>(dtype_);
+  h.num_layers = static_cast<uint32_t>(layers_.size());
+  h.pending_token = pending_;
+  h.latent_dim = latent_;
+  h.rope_dim = rope_;
+  h.index_dim = index_;
+  h.num_tokens = static_cast<int64_t>(tokens_.size());
+  buf.append(reinterpret_cast<const char*>(&h), sizeof(h));
+  buf.append(reinterpret_cast<const char*>(tokens_.data()), tokens_.size() * 4);
+  for (const Layer& L : layers_) {
+    LayerHeader lh{L.n, L.has_index ? 1u : 0u, 0};
+    buf.append(reinterpret_cast<const char*>(&lh), sizeof(lh));
+    for (int s = 0; s < 3; ++s) buf.append(reinterpret_cast<const char*>(L.data[s].data()), L.data[s].size());
+  }
+  const uint32_t crc = Crc32(reinterpret_cast<const uint8_t*>(buf.data()), buf.size());
+  buf.append(reinterpret_cast<const char*>(&crc), 4);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::UnavailableError(absl::StrCat(path, ": cannot write"));
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (!out) return absl::UnavailableError(absl::StrCat(path, ": write failed"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::UnavailableError(absl::StrCat(path, ": rename failed"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string buf = ss.str();
+  auto bad = [&](std::string_view why) { return absl::DataLossError(absl::StrCat(path, ": ", AV(why))); };
+  if (buf.size() < sizeof(FileHeader) + 4) return bad("too short for a KV cache file");
+  FileHeader h;
+  std::memcpy(&h, buf.data(), sizeof(h));
+  if (std::memcmp(h.magic, kMagic, 8) != 0) return bad("not a moestream KV cache file (bad magic)");
+  if (h.version != kVersion) return bad(absl::StrCat("unsupported version ", h.version));
+  uint32_t crc;
+  std::memcpy(&crc, buf.data() + buf.size() - 4, 4);
+  if (Crc32(reinterpret_cast<const uint8_t*>(buf.data()), buf.size() - 4) != crc) return bad("checksum mismatch");
+  if (h.dtype > 1 || h.num_tokens < 0 || h.latent_dim <= 0 || h.rope_dim <= 0 || h.index_dim < 0) {
+    return bad("corrupt header");
+  }
+  size_t off = sizeof(FileHeader);
+  const size_t end = buf.size() - 4;
+  std::vector<bool> idx(h.num_layers, false);
+  KvCache c(h.latent_dim, h.rope_dim, h.index_dim, idx, static_cast<KvDtype>(h.dtype));
+  if (static_cast<size_t>(h.num_tokens) * 4 > end - off) return bad("truncated token list");
+  c.pending_ = h.pending_token;
+  c.tokens_.resize(h.num_tokens);
+  std::memcpy(c.tokens_.data(), buf.data() + off, h.num_tokens * 4);
+  off += h.num_tokens * 4;
+  for (uint32_t l = 0; l < h.num_layers; ++l) {
+    if (end - off < sizeof(LayerHeader)) return bad("truncated layer header");
+    LayerHeader lh;
+    std::memcpy(&lh, buf.data() + off, sizeof(lh));
+    off += sizeof(lh);
+    if (lh.n < 0) return bad("corrupt layer header");
+    Layer& L = c.layers_[l];
+    L.has_index = lh.has_index != 0;
+    L.n = lh.n;
+    for (int s = 0; s < 3; ++s) {
+      if (s == kIndexKey && !L.has_index) continue;
+      const size_t bytes = static_cast<size_t>(lh.n * c.width(static_cast<Stream>(s)) * c.ElemBytes());
+      if (end - off < bytes) return bad("truncated layer data");
+      L.data[s].assign(buf.data() + off, buf.data() + off + bytes);
+      off += bytes;
+    }
+  }
+  if (off != end) return bad("trailing bytes");
+  return c;
+}
+
+}  // namespace moe

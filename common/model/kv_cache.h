@@ -1,0 +1,83 @@
+// Per-sequence compressed attention cache (MODEL_SPEC 4.3/4.5).
+//
+// Per token and layer we keep the normalized KV latent c (kv_lora_rank = 512
+// for GLM-5), the RoPE'd shared key k_pe (64) and, on layers with a DSA
+// indexer, the indexer key kI (128): 704 values/token/layer instead of HF's
+// expanded 2 x 64 x 256 = 32768. At f32 that is 2.8 KB/token/layer (GLM-5:
+// 78 layers -> 220 KB/token); the compact bf16 form halves it. Under the HF
+// BF16 numerics every cached value is already a bf16 number, so the bf16 form
+// is lossless there; under f32 numerics it rounds (effect measured in tests).
+//
+// Persistence: Save() writes a versioned, CRC-checked file holding the
+// conversation's token ids and every layer's rows; Load() restores it so a
+// new process continues exactly where the old one stopped.
+// Thread safety: a KvCache belongs to one sequence; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/format/model_config.h"
+
+namespace moe {
+
+enum class KvDtype : uint32_t { kF32 = 0, kBF16 = 1 };
+
+class KvCache {
+ public:
+  enum Stream { kLatent = 0, kRope = 1, kIndexKey = 2 };
+
+  // One cache per layer list: `index_key[l]` says whether layer l keeps an
+  // indexer key stream.
+  KvCache(int64_t latent_dim, int64_t rope_dim, int64_t index_dim, std::vector<bool> index_key, KvDtype dtype);
+  // Cache for the main model's layers (or the MTP layer when `mtp`).
+  static KvCache ForModel(const ModelConfig& c, KvDtype dtype, bool mtp = false);
+
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  int64_t length(int layer) const { return layers_[layer].n; }
+  // Tokens cached in every layer (the sequence position of the next token).
+  int64_t length() const { return layers_.empty() ? 0 : layers_[0].n; }
+  bool has_index_key(int layer) const { return layers_[layer].has_index; }
+  int64_t width(Stream s) const { return s == kLatent ? latent_ : s == kRope ? rope_ : index_; }
+  KvDtype dtype() const { return dtype_; }
+
+  // Appends one token's row of `s` to layer `layer` (rows of each stream must
+  // be appended in step; the latent append advances the length).
+  void Append(int layer, Stream s, const float* row);
+  // Reads rows [t0, t0 + n) of stream s into out (n x width).
+  void Read(int layer, Stream s, int64_t t0, int64_t n, float* out) const;
+  // Drops tokens at positions >= n from every layer (draft rollback).
+  void Truncate(int64_t n);
+  int64_t Bytes() const;
+
+  // Conversation token ids stored with the cache (for persistence).
+  std::vector<int32_t>& tokens() { return tokens_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // The sampled-but-not-yet-fed next token (-1 = none): a resumed
+  // conversation feeds it first.
+  int32_t pending_token() const { return pending_; }
+  void set_pending_token(int32_t t) { pending_ = t; }
+
+  absl::Status Save(const std::string& path) const;
+  static absl::StatusOr<KvCache> Load(const std::string& path);
+
+ private:
+  struct Layer {
+    bool has_index = false;
+    int64_t n = 0;
+    std::vector<uint8_t> data[3];
+  };
+  int64_t ElemBytes() const { return dtype_ == KvDtype::kF32 ? 4 : 2; }
+
+  int64_t latent_, rope_, index_;
+  KvDtype dtype_;
+  std::vector<Layer> layers_;
+  std::vector<int32_t> tokens_;
+  int32_t pending_ = -1;
+};
+
+uint32_t Crc32(const uint8_t* data, size_t n, uint32_t crc = 0);
+
+}  // namespace moe

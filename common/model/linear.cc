@@ -1,0 +1,68 @@
+#include "common/model/linear.h"
+
+#include <vector>
+
+#include "common/model/bf16.h"
+
+namespace moe {
+namespace {
+
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+}  // namespace
+
+void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
+  const int64_t n = w.cols;
+  const uint8_t* row = w.data + r * RowBytes(w.format, n);
+  const QFormatInfo& info = Info(w.format);
+  switch (w.format) {
+    case QFormat::kF32:
+      std::memcpy(out, row, n * 4);
+      return;
+    case QFormat::kBF16: {
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(row);
+      for (int64_t i = 0; i < n; ++i) out[i] = BF16BitsToF32(p[i]);
+      return;
+    }
+    default:
+      break;
+  }
+  const int64_t g = GroupSize(w.format, n);
+  const float* sc = w.scales + r * GroupsPerRow(w.format, n);
+  for (int64_t i = 0; i < n; ++i) {
+    int q;
+    if (info.bits == 8) {
+      q = static_cast<int8_t>(row[i]);
+    } else if (info.bits == 4) {
+      const uint8_t b = row[i / 2];
+      q = ((i & 1) ? (b >> 4) : (b & 15)) - 8;
+    } else {
+      const uint8_t b = row[i / 4];
+      q = ((b >> (2 * (i % 4))) & 3) - 2;
+    }
+    out[i] = static_cast<float>(q) * sc[i / g];
+  }
+}
+
+void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y) {
+  const int64_t O = w.rows, I = w.cols;
+#pragma omp parallel if (O * I * s > (1 << 18))
+  {
+    std::vector<float> row(I);
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < O; ++o) {
+      DequantRow(w, o, row.data());
+      for (int64_t t = 0; t < s; ++t) y[t * O + o] = Dot(x + t * I, row.data(), I);
+    }
+  }
+}
+
+}  // namespace moe

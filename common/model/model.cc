@@ -1,0 +1,493 @@
+#include "common/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "common/base/status.h"
+#include "common/model/bf16.h"
+#include "common/model/linear.h"
+
+namespace moe {
+
+// Per-query selected key sets of the nearest preceding full indexer layer
+// (empty `valid` = no indexer yet / dense causal attention).
+struct Model::TopK {
+  bool valid = false;
+  std::vector<std::vector<int32_t>> keys;  // per row: sorted ascending key positions
+};
+
+namespace {
+
+inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+inline float DotF(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Indices of the k largest values (ties: lower index first), in that order.
+std::vector<int> TopKIdx(const float* v, int n, int k) {
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
+    if (v[a] != v[b]) return v[a] > v[b];
+    return a < b;
+  });
+  idx.resize(k);
+  return idx;
+}
+
+}  // namespace
+
+int32_t Argmax(const float* logits, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+double LogProb(const float* logits, int64_t n, int32_t id) {
+  double m = logits[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, static_cast<double>(logits[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(logits[i]) - m);
+  return static_cast<double>(logits[id]) - m - std::log(s);
+}
+
+Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, EngineOptions opt)
+    : config_(std::move(config)), weights_(std::move(weights)), experts_(experts), opt_(opt) {}
+
+float Model::R(float v) const { return opt_.numerics == Numerics::kHfBf16 ? RoundBF16(v) : v; }
+
+void Model::RoundAll(float* x, int64_t n) const {
+  if (opt_.numerics != Numerics::kHfBf16) return;
+  for (int64_t i = 0; i < n; ++i) x[i] = RoundBF16(x[i]);
+}
+
+void Model::LinearR(const OwnedMatrix& w, const float* x, int64_t S, float* y) const {
+  Linear(w.m, x, S, y);
+  RoundAll(y, S * w.m.rows);
+}
+
+// HF RMSNorm: f32 normalize, cast to the activation dtype, times the weight.
+void Model::RmsNorm(const float* x, int64_t S, int64_t n, const std::vector<float>& w, double eps, float* out) const {
+  for (int64_t s = 0; s < S; ++s) {
+    const float* xi = x + s * n;
+    float* yo = out + s * n;
+    float ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += xi[i] * xi[i];
+    const float var = ss / static_cast<float>(n);
+    const float r = 1.0f / std::sqrt(var + static_cast<float>(eps));
+    for (int64_t i = 0; i < n; ++i) yo[i] = R(w[i] * R(xi[i] * r));
+  }
+}
+
+// RoPE on qk_rope_head_dim values at x. Output layout (both modes):
+// [rotated first-of-pair (half) | rotated second-of-pair (half)], as HF.
+void Model::Rope(float* x, int64_t pos, bool interleaved) const {
+  const int64_t d = config_.qk_rope_head_dim, half = d / 2;
+  float tmp[1024];
+  float* t = d <= 1024 ? tmp : new float[d];
+  for (int64_t i = 0; i < half; ++i) {
+    const float ang = static_cast<float>(pos) * config_.rope_inv_freq[i];
+    const float c = R(std::cos(ang) * config_.rope_attention_factor);
+    const float s = R(std::sin(ang) * config_.rope_attention_factor);
+    const float x1 = interleaved ? x[2 * i] : x[i];
+    const float x2 = interleaved ? x[2 * i + 1] : x[i + half];
+    t[i] = R(R(x1 * c) - R(x2 * s));
+    t[i + half] = R(R(x2 * c) + R(x1 * s));
+  }
+  std::memcpy(x, t, d * sizeof(float));
+  if (t != tmp) delete[] t;
+}
+
+void Model::Mlp(const OwnedMatrix& g, const OwnedMatrix& u, const OwnedMatrix& d, const float* x, int64_t S,
+                float* out) const {
+  const int64_t I = g.m.rows;
+  std::vector<float> gv(S * I), uv(S * I);
+  LinearR(g, x, S, gv.data());
+  LinearR(u, x, S, uv.data());
+  for (int64_t i = 0; i < S * I; ++i) gv[i] = R(R(Silu(gv[i])) * uv[i]);
+  LinearR(d, gv.data(), S, out);
+}
+
+void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, int64_t P0, KvCache& cache,
+                    int cache_layer, TopK& topk) const {
+  const ModelConfig& c = config_;
+  const int64_t ih = c.index_n_heads, id = c.index_head_dim, H = c.hidden_size, T = P0 + S;
+  std::vector<float> q(S * ih * id), k(S * id), w(S * ih);
+  LinearR(lw.idx_wq_b, cq, S, q.data());
+  LinearR(lw.idx_wk, a, S, k.data());
+  for (int64_t s = 0; s < S; ++s) {
+    // LayerNorm(eps 1e-6) in f32, one rounding at the end (HF CPU kernel).
+    float* ks = k.data() + s * id;
+    float mean = 0;
+    for (int64_t i = 0; i < id; ++i) mean += ks[i];
+    mean /= static_cast<float>(id);
+    float var = 0;
+    for (int64_t i = 0; i < id; ++i) var += (ks[i] - mean) * (ks[i] - mean);
+    var /= static_cast<float>(id);
+    const float rstd = 1.0f / std::sqrt(var + 1e-6f);
+    for (int64_t i = 0; i < id; ++i) ks[i] = R((ks[i] - mean) * rstd * lw.idx_k_norm_w[i] + lw.idx_k_norm_b[i]);
+    Rope(ks, P0 + s, c.indexer_rope_interleave);
+    for (int64_t j = 0; j < ih; ++j) Rope(q.data() + (s * ih + j) * id, P0 + s, c.indexer_rope_interleave);
+    cache.Append(cache_layer, KvCache::kIndexKey, ks);
+  }
+  Linear(lw.idx_wp.m, a, S, w.data());  // f32 weights_proj on upcast input
+  const float wscale = static_cast<float>(std::pow(static_cast<double>(ih), -0.5));
+  for (float& v : w) v *= wscale;
+  (void)H;
+  std::vector<float> keys(T * id);
+  cache.Read(cache_layer, KvCache::kIndexKey, 0, T, keys.data());
+  const float sscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5));
+  topk.valid = true;
+  topk.keys.assign(S, {});
+  std::vector<float> score(T);
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t n_causal = P0 + s + 1;
+    auto& sel = topk.keys[s];
+    if (n_causal <= c.index_topk) {
+      sel.resize(n_causal);
+      std::iota(sel.begin(), sel.end(), 0);
+      continue;
+    }
+    for (int64_t t = 0; t < n_causal; ++t) {
+      float acc = 0;
+      for (int64_t j = 0; j < ih; ++j) {
+        const float d = DotF(q.data() + (s * ih + j) * id, keys.data() + t * id, id) * sscale;
+        acc += w[s * ih + j] * std::max(d, 0.0f);
+      }
+      score[t] = acc;
+    }
+    auto idx = TopKIdx(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
+    sel.assign(idx.begin(), idx.end());
+    std::sort(sel.begin(), sel.end());
+  }
+}
+
+void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache& cache, int cache_layer, TopK& topk,
+                      float* out) const {
+  const ModelConfig& c = config_;
+  const int64_t nh = c.num_attention_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const int64_t dq = dn + dr, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
+  const int64_t P0 = cache.length(cache_layer), T = P0 + S;
+  std::vector<float> qa(S * rq), cq(S * rq), q(S * nh * dq), kva(S * (rkv + dr)), lat(rkv);
+  LinearR(lw.q_a, a, S, qa.data());
+  RmsNorm(qa.data(), S, rq, lw.q_a_norm, 1e-6, cq.data());
+  LinearR(lw.q_b, cq.data(), S, q.data());
+  LinearR(lw.kv_a, a, S, kva.data());
+  const std::string tp = absl::StrCat("layers.", lw.index, ".attn.");
+  Trace(tp + "q_resid", cq.data(), S * rq);
+  Trace(tp + "q", q.data(), S * nh * dq);
+  Trace(tp + "kv_a", kva.data(), S * (rkv + dr));
+  for (int64_t s = 0; s < S; ++s) {
+    float* row = kva.data() + s * (rkv + dr);
+    RmsNorm(row, 1, rkv, lw.kv_a_norm, 1e-6, lat.data());
+    Rope(row + rkv, P0 + s, c.rope_interleave);
+    cache.Append(cache_layer, KvCache::kLatent, lat.data());
+    cache.Append(cache_layer, KvCache::kRope, row + rkv);
+    for (int64_t h = 0; h < nh; ++h) Rope(q.data() + (s * nh + h) * dq + dn, P0 + s, c.rope_interleave);
+  }
+  if (c.has_indexer && lw.has_indexer) Indexer(lw, a, cq.data(), S, P0, cache, cache_layer, topk);
+
+  std::vector<float> lats(T * rkv), kpe(T * dr);
+  cache.Read(cache_layer, KvCache::kLatent, 0, T, lats.data());
+  Trace(tp + "kv_latent", lats.data() + P0 * rkv, S * rkv);
+  cache.Read(cache_layer, KvCache::kRope, 0, T, kpe.data());
+  const float scale = static_cast<float>(c.softmax_scale);
+  std::vector<float> attn(S * nh * dv);
+
+  auto keys_of = [&](int64_t s) {
+    std::vector<int32_t> keys;
+    if (topk.valid) {
+      for (int32_t t : topk.keys[s]) {
+        if (t <= P0 + s) keys.push_back(t);
+      }
+    } else {
+      keys.resize(P0 + s + 1);
+      std::iota(keys.begin(), keys.end(), 0);
+    }
+    return keys;
+  };
+
+  if (opt_.attention == AttentionPath::kExplicit) {
+    // HF form: expand every cached latent with kv_b (bf16 like HF's cache).
+    const int64_t kvw = nh * (dn + dv);
+    std::vector<float> kv(T * kvw);
+    LinearR(lw.kv_b, lats.data(), T, kv.data());
+#pragma omp parallel for collapse(2) schedule(static) if (S * nh * T * (dq + dv) > (1 << 18))
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t h = 0; h < nh; ++h) {
+        const auto keys = keys_of(s);
+        const float* qh = q.data() + (s * nh + h) * dq;
+        std::vector<float> kh(dq), sc(keys.size());
+        float mx = -INFINITY;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          const int64_t t = keys[i];
+          std::memcpy(kh.data(), kv.data() + t * kvw + h * (dn + dv), dn * sizeof(float));
+          std::memcpy(kh.data() + dn, kpe.data() + t * dr, dr * sizeof(float));
+          sc[i] = R(R(DotF(qh, kh.data(), dq)) * scale);
+          mx = std::max(mx, sc[i]);
+        }
+        float sum = 0;
+        for (float& v : sc) {
+          v = std::exp(v - mx);
+          sum += v;
+        }
+        for (float& v : sc) v = R(v / sum);
+        float* o = attn.data() + (s * nh + h) * dv;
+        for (int64_t d = 0; d < dv; ++d) {
+          float acc = 0;
+          for (size_t i = 0; i < keys.size(); ++i) acc += sc[i] * kv[keys[i] * kvw + h * (dn + dv) + dn + d];
+          o[d] = R(acc);
+        }
+      }
+    }
+  } else {
+    // Absorbed form: q_lat = q_nope . W_UK (rkv), score = q_lat . c + q_pe . k_pe,
+    // ctx = sum p c, o = W_UV . ctx. All f32.
+    std::vector<float> wkvb(nh * (dn + dv) * rkv);
+    for (int64_t r = 0; r < nh * (dn + dv); ++r) DequantRow(lw.kv_b.m, r, wkvb.data() + r * rkv);
+#pragma omp parallel for collapse(2) schedule(static) if (S * nh * T * (dq + dv) > (1 << 18))
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t h = 0; h < nh; ++h) {
+        const auto keys = keys_of(s);
+        const float* qh = q.data() + (s * nh + h) * dq;
+        const float* wh = wkvb.data() + h * (dn + dv) * rkv;
+        std::vector<float> ql(rkv, 0.0f), ctx(rkv, 0.0f), sc(keys.size());
+        for (int64_t d = 0; d < dn; ++d) {
+          for (int64_t r = 0; r < rkv; ++r) ql[r] += qh[d] * wh[d * rkv + r];
+        }
+        float mx = -INFINITY;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          const int64_t t = keys[i];
+          sc[i] = (DotF(ql.data(), lats.data() + t * rkv, rkv) + DotF(qh + dn, kpe.data() + t * dr, dr)) * scale;
+          mx = std::max(mx, sc[i]);
+        }
+        float sum = 0;
+        for (float& v : sc) {
+          v = std::exp(v - mx);
+          sum += v;
+        }
+        for (size_t i = 0; i < keys.size(); ++i) {
+          const float p = sc[i] / sum;
+          const float* cl = lats.data() + keys[i] * rkv;
+          for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
+        }
+        float* o = attn.data() + (s * nh + h) * dv;
+        for (int64_t d = 0; d < dv; ++d) o[d] = R(DotF(wh + (dn + d) * rkv, ctx.data(), rkv));
+      }
+    }
+  }
+  LinearR(lw.o, attn.data(), S, out);
+  Trace(tp + "out", out, S * c.hidden_size);
+}
+
+absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, float* out) const {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  const int E = c.n_routed_experts, K = c.num_experts_per_tok, G = c.n_group, per = E / G;
+  std::vector<float> logits(S * E);
+  Linear(lw.router.m, x, S, logits.data());
+  Trace(absl::StrCat("layers.", lw.index, ".router.logits"), logits.data(), S * E);
+  std::vector<std::vector<std::pair<int, float>>> routes(S);  // (expert, weight)
+  std::vector<int> users(E, 0);
+  for (int64_t s = 0; s < S; ++s) {
+    std::vector<float> sc(E), choice(E);
+    for (int e = 0; e < E; ++e) {
+      sc[e] = 1.0f / (1.0f + std::exp(-logits[s * E + e]));
+      choice[e] = sc[e] + lw.router_bias[e];
+    }
+    if (G > 1) {
+      std::vector<float> gs(G);
+      for (int g = 0; g < G; ++g) {
+        auto t2 = TopKIdx(choice.data() + g * per, per, 2);
+        gs[g] = choice[g * per + t2[0]] + choice[g * per + t2[1]];
+      }
+      auto keep = TopKIdx(gs.data(), G, c.topk_group);
+      std::vector<bool> kept(G, false);
+      for (int g : keep) kept[g] = true;
+      for (int e = 0; e < E; ++e) {
+        if (!kept[e / per]) choice[e] = -INFINITY;
+      }
+    }
+    auto idx = TopKIdx(choice.data(), E, K);
+    std::vector<float> w(K);
+    float sum = 0;
+    for (int k = 0; k < K; ++k) {
+      w[k] = sc[idx[k]];
+      sum += w[k];
+    }
+    for (int k = 0; k < K; ++k) {
+      if (c.norm_topk_prob) w[k] /= (sum + 1e-20f);
+      w[k] *= static_cast<float>(c.routed_scaling_factor);
+      routes[s].push_back({idx[k], w[k]});
+      ++users[idx[k]];
+    }
+  }
+  // Distinct experts of the batch, ascending id (HF's accumulation order).
+  std::vector<ExpertKey> wanted;
+  for (int e = 0; e < E; ++e) {
+    if (users[e]) wanted.push_back({layer_id, e});
+  }
+  experts_->Hint(wanted);
+  // HF's default experts path (grouped_mm): each (row, slot) output is
+  // R(down) * weight in f32; a row sums its K slots in f32 (slot order =
+  // descending selection score), rounds once, then adds the shared expert.
+  std::vector<float> slot(S * K * H, 0.0f);
+  const int64_t Im = c.moe_intermediate_size;
+  for (const ExpertKey& key : wanted) {
+    MOE_ASSIGN_OR_RETURN(ExpertLease lease, experts_->Get(key.layer, key.expert));
+    const ExpertWeights& ew = lease.weights();
+    if (ew.gate.rows != Im || ew.gate.cols != H || ew.up.rows != Im || ew.up.cols != H || ew.down.rows != H ||
+        ew.down.cols != Im) {
+      return absl::InvalidArgumentError(absl::StrCat("expert (layer ", key.layer, ", id ", key.expert,
+                                                     ") has wrong shapes"));
+    }
+    std::vector<int64_t> rows, slots;
+    std::vector<float> rw;
+    for (int64_t s = 0; s < S; ++s) {
+      for (int k = 0; k < K; ++k) {
+        if (routes[s][k].first == key.expert) {
+          rows.push_back(s);
+          slots.push_back(s * K + k);
+          rw.push_back(routes[s][k].second);
+        }
+      }
+    }
+    const int64_t n = static_cast<int64_t>(rows.size());
+    std::vector<float> xin(n * H), g(n * Im), u(n * Im), y(n * H);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(xin.data() + i * H, x + rows[i] * H, H * sizeof(float));
+    Linear(ew.gate, xin.data(), n, g.data());
+    Linear(ew.up, xin.data(), n, u.data());
+    for (int64_t i = 0; i < n * Im; ++i) g[i] = R(R(Silu(R(g[i]))) * R(u[i]));
+    Linear(ew.down, g.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = slot.data() + slots[i] * H;
+      for (int64_t d = 0; d < H; ++d) dst[d] = R(y[i * H + d]) * rw[i];
+    }
+  }
+  std::vector<float> acc(S * H, 0.0f);
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t d = 0; d < H; ++d) {
+      float a = 0;
+      for (int k = 0; k < K; ++k) a += slot[(s * K + k) * H + d];
+      acc[s * H + d] = R(a);
+    }
+  }
+  if (lw.has_shared) {
+    std::vector<float> sh(S * H);
+    Mlp(lw.sh_gate, lw.sh_up, lw.sh_down, x, S, sh.data());
+    for (int64_t i = 0; i < S * H; ++i) out[i] = R(acc[i] + sh[i]);
+  } else {
+    std::memcpy(out, acc.data(), S * H * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h, int64_t S, KvCache& cache,
+                                 int cache_layer, TopK& topk) const {
+  const int64_t H = config_.hidden_size;
+  std::vector<float> a(S * H), o(S * H);
+  const std::string tp = absl::StrCat("layers.", lw.index, ".");
+  Trace(tp + "input", h, S * H);
+  RmsNorm(h, S, H, lw.input_norm, config_.rms_norm_eps, a.data());
+  Trace(tp + "attn_norm", a.data(), S * H);
+  Attention(lw, a.data(), S, cache, cache_layer, topk, o.data());
+  for (int64_t i = 0; i < S * H; ++i) h[i] = R(h[i] + o[i]);
+  RmsNorm(h, S, H, lw.post_norm, config_.rms_norm_eps, a.data());
+  Trace(tp + "mlp_norm", a.data(), S * H);
+  if (lw.moe) {
+    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, o.data()));
+  } else {
+    Mlp(lw.gate, lw.up, lw.down, a.data(), S, o.data());
+  }
+  Trace(tp + "mlp.out", o.data(), S * H);
+  for (int64_t i = 0; i < S * H; ++i) h[i] = R(h[i] + o[i]);
+  Trace(tp + "output", h, S * H);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ForwardResult> Model::Forward(std::span<const int32_t> ids, KvCache& cache, bool all_rows) const {
+  const ModelConfig& c = config_;
+  const int64_t S = static_cast<int64_t>(ids.size()), H = c.hidden_size, V = c.vocab_size;
+  if (S == 0) return absl::InvalidArgumentError("Forward: no tokens");
+  if (cache.num_layers() != c.num_hidden_layers) {
+    return absl::InvalidArgumentError("Forward: cache was made for a different model");
+  }
+  for (int64_t s = 0; s < S; ++s) {
+    if (ids[s] < 0 || ids[s] >= V) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[s], " at input position ", s,
+                                                     " is outside the vocabulary [0, ", V, ")"));
+    }
+  }
+  const int64_t P0 = cache.length();
+  if (P0 + S > c.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("sequence of ", P0 + S, " tokens exceeds the context length ",
+                                              c.max_position_embeddings, " (max_position_embeddings)"));
+  }
+  std::vector<float> h(S * H);
+  for (int64_t s = 0; s < S; ++s) DequantRow(weights_->embed.m, ids[s], h.data() + s * H);
+  Trace("embed", h.data(), S * H);
+  TopK topk;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    MOE_RETURN_IF_ERROR(DecoderLayer(weights_->layers[l], l, h.data(), S, cache, l, topk));
+  }
+  for (int32_t id : ids) cache.tokens().push_back(id);
+  ForwardResult r;
+  const int64_t first = all_rows ? 0 : S - 1;
+  r.rows = S - first;
+  r.hidden.resize(r.rows * H);
+  RmsNorm(h.data() + first * H, r.rows, H, weights_->final_norm, c.rms_norm_eps, r.hidden.data());
+  r.logits.resize(r.rows * V);
+  LinearR(weights_->lm_head, r.hidden.data(), r.rows, r.logits.data());
+  Trace("final_norm", r.hidden.data(), r.rows * H);
+  Trace("logits", r.logits.data(), r.rows * V);
+  return r;
+}
+
+absl::StatusOr<MtpResult> Model::MtpForward(std::span<const float> hidden, std::span<const int32_t> next_ids,
+                                            KvCache& mtp_cache) const {
+  const ModelConfig& c = config_;
+  if (!weights_->mtp) return absl::FailedPreconditionError("the checkpoint has no MTP layer");
+  const int64_t S = static_cast<int64_t>(next_ids.size()), H = c.hidden_size, V = c.vocab_size;
+  if (S == 0 || static_cast<int64_t>(hidden.size()) != S * H) {
+    return absl::InvalidArgumentError("MtpForward: hidden must hold one row per next id");
+  }
+  for (int32_t id : next_ids) {
+    if (id < 0 || id >= V) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
+  }
+  if (mtp_cache.length() + S > c.max_position_embeddings) {
+    return absl::OutOfRangeError("MTP sequence exceeds the context length (max_position_embeddings)");
+  }
+  const MtpWeights& m = *weights_->mtp;
+  std::vector<float> e(S * H), cat(S * 2 * H), z(S * H), hn(S * H), en(S * H);
+  for (int64_t s = 0; s < S; ++s) DequantRow(weights_->embed.m, next_ids[s], e.data() + s * H);
+  RmsNorm(e.data(), S, H, m.enorm, c.rms_norm_eps, en.data());
+  RmsNorm(hidden.data(), S, H, m.hnorm, c.rms_norm_eps, hn.data());
+  for (int64_t s = 0; s < S; ++s) {
+    std::memcpy(cat.data() + s * 2 * H, en.data() + s * H, H * sizeof(float));
+    std::memcpy(cat.data() + s * 2 * H + H, hn.data() + s * H, H * sizeof(float));
+  }
+  LinearR(m.eh_proj, cat.data(), S, z.data());
+  TopK topk;
+  MOE_RETURN_IF_ERROR(DecoderLayer(m.layer, c.num_hidden_layers, z.data(), S, mtp_cache, 0, topk));
+  MtpResult r;
+  r.rows = S;
+  r.out = z;
+  std::vector<float> y(S * H);
+  RmsNorm(z.data(), S, H, m.shared_head_norm, c.rms_norm_eps, y.data());
+  r.logits.resize(S * V);
+  LinearR(weights_->lm_head, y.data(), S, r.logits.data());
+  return r;
+}
+
+}  // namespace moe

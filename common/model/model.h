@@ -1,0 +1,117 @@
+// The forward pass of glm_moe_dsa (GLM-5.x) and deepseek_v3 (MODEL_SPEC.md
+// section 4), plus the MTP draft layer (section 5).
+//
+// Numerics: Numerics::kHfBf16 reproduces Hugging Face's eager BF16 path
+// (every op's output rounded to bf16 where HF's is a bf16 tensor; router,
+// indexer weights/scores and softmax in f32; RoPE with bf16 cos/sin; expert
+// outputs accumulated in bf16 in ascending expert id). Numerics::kF32 keeps
+// every activation in f32. Both are batch-invariant: a row's result does not
+// depend on the other rows of the batch (Linear's contract), so scoring S
+// tokens at once equals S single-token steps bit for bit.
+//
+// Attention paths: kExplicit expands the cached latents with kv_b (HF's form,
+// bit-compatible with it); kAbsorbed folds kv_b into the query/output
+// (vLLM/reference decode form; cost independent of the head expansion).
+// Both read the same compressed cache.
+//
+// Experts: every MoE layer fetches each distinct routed expert of the batch
+// exactly once from the ExpertSource (Hint first, then Get), applies it to
+// every row that routed to it, and releases the lease before the next layer.
+// Thread safety: a Model is immutable; Forward on distinct caches may run
+// concurrently if the ExpertSource allows it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/format/model_config.h"
+#include "common/model/expert_source.h"
+#include "common/model/kv_cache.h"
+#include "common/model/weights.h"
+
+namespace moe {
+
+enum class Numerics { kHfBf16, kF32 };
+enum class AttentionPath { kExplicit, kAbsorbed };
+
+struct EngineOptions {
+  Numerics numerics = Numerics::kHfBf16;
+  AttentionPath attention = AttentionPath::kExplicit;
+};
+
+struct ForwardResult {
+  int64_t rows = 0;            // rows returned (all S, or the last one)
+  std::vector<float> logits;   // rows x vocab
+  std::vector<float> hidden;   // rows x hidden, final-normed (MTP input)
+};
+
+struct MtpResult {
+  int64_t rows = 0;
+  std::vector<float> logits;  // rows x vocab
+  std::vector<float> out;     // rows x hidden, decoder-layer output before shared_head.norm
+};
+
+class Model {
+ public:
+  Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, EngineOptions opt);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return *weights_; }
+  const EngineOptions& options() const { return opt_; }
+  bool has_mtp() const { return weights_->mtp != nullptr; }
+
+  // Debug tap: called with intermediate tensors (names as the oracle's
+  // debug.safetensors: "embed", "layers.L.attn_norm", "layers.L.attn.q", ...).
+  using TraceFn = std::function<void(const std::string& name, const float* data, int64_t n)>;
+  void set_trace(TraceFn fn) { trace_ = std::move(fn); }
+
+  // Runs `ids` at positions cache.length() ... and appends them to `cache`.
+  // Returns logits (and final-normed hidden states) of every row when
+  // `all_rows`, else of the last row only. Errors: empty input, id outside
+  // the vocabulary, positions beyond max_position_embeddings, expert fetch.
+  absl::StatusOr<ForwardResult> Forward(std::span<const int32_t> ids, KvCache& cache, bool all_rows) const;
+
+  // MTP layer over slots: row j takes hidden[j] (main model's final-normed
+  // hidden state, or a previous MTP `out` for recursive drafts) and
+  // next_ids[j], at positions mtp_cache.length() + j.
+  absl::StatusOr<MtpResult> MtpForward(std::span<const float> hidden, std::span<const int32_t> next_ids,
+                                       KvCache& mtp_cache) const;
+
+ private:
+  struct TopK;
+  absl::Status DecoderLayer(const LayerWeights& lw, int layer_id, float* h, int64_t S, KvCache& cache,
+                            int cache_layer, TopK& topk) const;
+  void Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache& cache, int cache_layer, TopK& topk,
+                 float* out) const;
+  void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, int64_t P0, KvCache& cache,
+               int cache_layer, TopK& topk) const;
+  absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, float* out) const;
+  void Mlp(const OwnedMatrix& g, const OwnedMatrix& u, const OwnedMatrix& d, const float* x, int64_t S,
+           float* out) const;
+  void RmsNorm(const float* x, int64_t S, int64_t n, const std::vector<float>& w, double eps, float* out) const;
+  void LinearR(const OwnedMatrix& w, const float* x, int64_t S, float* y) const;
+  void Rope(float* x, int64_t pos, bool interleaved) const;
+  float R(float v) const;
+  void RoundAll(float* x, int64_t n) const;
+
+  ModelConfig config_;
+  std::unique_ptr<ModelWeights> weights_;
+  ExpertSource* experts_;
+  EngineOptions opt_;
+  TraceFn trace_;
+  void Trace(const std::string& name, const float* d, int64_t n) const {
+    if (trace_) trace_(name, d, n);
+  }
+};
+
+// Index of the largest logit (first on ties, like torch.argmax).
+int32_t Argmax(const float* logits, int64_t n);
+// log_softmax(logits)[id], computed in double.
+double LogProb(const float* logits, int64_t n, int32_t id);
+
+}  // namespace moe

@@ -1,0 +1,257 @@
+#include "common/model/weights.h"
+
+#include <cstring>
+
+#include "common/base/status.h"
+#include "common/model/bf16.h"
+
+namespace moe {
+namespace {
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&r, i ? ", " : "", s[i]);
+  return r + "]";
+}
+
+absl::StatusOr<const TensorRef*> Need(const HfCheckpoint& ck, const std::string& name,
+                                      const std::vector<int64_t>& shape) {
+  const TensorRef* t = ck.Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat(ck.dir(), ": tensor '", name, "' is missing"));
+  if (t->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(ck.dir(), ": tensor '", name, "' has shape ", ShapeStr(t->shape),
+                                                   ", config expects ", ShapeStr(shape)));
+  }
+  return t;
+}
+
+// Builds a matrix from `rows` x `cols` elements of `t` starting at element
+// `offset`. Keeps bf16/f32 as stored unless `force_f32`; FP8 is dequantized
+// with its block scales (`scale`, may be null for non-FP8) to bf16.
+absl::StatusOr<OwnedMatrix> MakeMatrix(const ModelConfig& c, const TensorRef& t, int64_t offset, int64_t rows,
+                                       int64_t cols, const TensorRef* scale, bool force_f32) {
+  OwnedMatrix m;
+  m.m.rows = rows;
+  m.m.cols = cols;
+  const int64_t n = rows * cols;
+  if (t.dtype == "BF16" && !force_f32) {
+    m.m.format = QFormat::kBF16;
+    m.data.resize(n * 2);
+    std::memcpy(m.data.data(), t.data + offset * 2, n * 2);
+  } else if (t.dtype == "F8_E4M3") {
+    if (scale == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is FP8 but has no weight_scale_inv"));
+    }
+    const int64_t br = c.fp8_block_rows, bc = c.fp8_block_cols;
+    const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+    if (scale->shape != std::vector<int64_t>{srows, scols} || scale->dtype != "F32") {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", scale->name, "' must be F32 ", ShapeStr({srows, scols})));
+    }
+    std::vector<float> w(n), s(srows * scols);
+    MOE_RETURN_IF_ERROR(DecodeToF32("F8_E4M3", t.data + offset, n, w.data()));
+    std::memcpy(s.data(), scale->data, s.size() * 4);
+    m.m.format = force_f32 ? QFormat::kF32 : QFormat::kBF16;
+    m.data.resize(n * (force_f32 ? 4 : 2));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < cols; ++k) {
+        const float v = w[r * cols + k] * s[(r / br) * scols + k / bc];
+        if (force_f32) {
+          std::memcpy(m.data.data() + (r * cols + k) * 4, &v, 4);
+        } else {
+          const uint16_t b = F32ToBF16Bits(v);
+          std::memcpy(m.data.data() + (r * cols + k) * 2, &b, 2);
+        }
+      }
+    }
+  } else {
+    m.m.format = QFormat::kF32;
+    m.data.resize(n * 4);
+    const int64_t es = t.dtype == "F32" ? 4 : 2;
+    MOE_RETURN_IF_ERROR(DecodeToF32(t.dtype, t.data + offset * es, n, reinterpret_cast<float*>(m.data.data())));
+  }
+  m.m.data = m.data.data();
+  return m;
+}
+
+absl::StatusOr<OwnedMatrix> LoadMatrix(const HfCheckpoint& ck, const ModelConfig& c, const std::string& name,
+                                       int64_t rows, int64_t cols, bool force_f32 = false) {
+  MOE_ASSIGN_OR_RETURN(const TensorRef* t, Need(ck, name, {rows, cols}));
+  const TensorRef* scale = ck.Find(name + "_scale_inv");
+  return MakeMatrix(c, *t, 0, rows, cols, scale, force_f32);
+}
+
+absl::StatusOr<std::vector<float>> LoadVector(const HfCheckpoint& ck, const std::string& name, int64_t n) {
+  MOE_ASSIGN_OR_RETURN(const TensorRef* t, Need(ck, name, {n}));
+  std::vector<float> v(n);
+  MOE_RETURN_IF_ERROR(Annotate(DecodeToF32(t->dtype, t->data, n, v.data()), name));
+  return v;
+}
+
+absl::Status LoadLayer(const HfCheckpoint& ck, const ModelConfig& c, int l, bool moe, bool indexer,
+                       LayerWeights& w) {
+  const std::string p = absl::StrCat("model.layers.", l, ".");
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads;
+  w.index = l;
+  MOE_ASSIGN_OR_RETURN(w.input_norm, LoadVector(ck, p + "input_layernorm.weight", H));
+  MOE_ASSIGN_OR_RETURN(w.post_norm, LoadVector(ck, p + "post_attention_layernorm.weight", H));
+  const std::string a = p + "self_attn.";
+  MOE_ASSIGN_OR_RETURN(w.q_a, LoadMatrix(ck, c, a + "q_a_proj.weight", c.q_lora_rank, H));
+  MOE_ASSIGN_OR_RETURN(w.q_a_norm, LoadVector(ck, a + "q_a_layernorm.weight", c.q_lora_rank));
+  MOE_ASSIGN_OR_RETURN(w.q_b, LoadMatrix(ck, c, a + "q_b_proj.weight", nh * c.qk_head_dim(), c.q_lora_rank));
+  MOE_ASSIGN_OR_RETURN(w.kv_a, LoadMatrix(ck, c, a + "kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, H));
+  MOE_ASSIGN_OR_RETURN(w.kv_a_norm, LoadVector(ck, a + "kv_a_layernorm.weight", c.kv_lora_rank));
+  MOE_ASSIGN_OR_RETURN(w.kv_b, LoadMatrix(ck, c, a + "kv_b_proj.weight", nh * (c.qk_nope_head_dim + c.v_head_dim),
+                                          c.kv_lora_rank));
+  MOE_ASSIGN_OR_RETURN(w.o, LoadMatrix(ck, c, a + "o_proj.weight", H, nh * c.v_head_dim));
+  w.has_indexer = indexer;
+  if (indexer) {
+    const std::string x = a + "indexer.";
+    MOE_ASSIGN_OR_RETURN(w.idx_wq_b, LoadMatrix(ck, c, x + "wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank));
+    MOE_ASSIGN_OR_RETURN(w.idx_wk, LoadMatrix(ck, c, x + "wk.weight", c.index_head_dim, H));
+    MOE_ASSIGN_OR_RETURN(w.idx_k_norm_w, LoadVector(ck, x + "k_norm.weight", c.index_head_dim));
+    MOE_ASSIGN_OR_RETURN(w.idx_k_norm_b, LoadVector(ck, x + "k_norm.bias", c.index_head_dim));
+    MOE_ASSIGN_OR_RETURN(w.idx_wp, LoadMatrix(ck, c, x + "weights_proj.weight", c.index_n_heads, H, /*force_f32=*/true));
+  }
+  w.moe = moe;
+  const std::string m = p + "mlp.";
+  if (!moe) {
+    MOE_ASSIGN_OR_RETURN(w.gate, LoadMatrix(ck, c, m + "gate_proj.weight", c.intermediate_size, H));
+    MOE_ASSIGN_OR_RETURN(w.up, LoadMatrix(ck, c, m + "up_proj.weight", c.intermediate_size, H));
+    MOE_ASSIGN_OR_RETURN(w.down, LoadMatrix(ck, c, m + "down_proj.weight", H, c.intermediate_size));
+  } else {
+    MOE_ASSIGN_OR_RETURN(w.router, LoadMatrix(ck, c, m + "gate.weight", c.n_routed_experts, H, /*force_f32=*/true));
+    MOE_ASSIGN_OR_RETURN(w.router_bias, LoadVector(ck, m + "gate.e_score_correction_bias", c.n_routed_experts));
+    w.has_shared = c.n_shared_experts > 0;
+    if (w.has_shared) {
+      const int64_t Is = c.moe_intermediate_size * c.n_shared_experts;
+      MOE_ASSIGN_OR_RETURN(w.sh_gate, LoadMatrix(ck, c, m + "shared_experts.gate_proj.weight", Is, H));
+      MOE_ASSIGN_OR_RETURN(w.sh_up, LoadMatrix(ck, c, m + "shared_experts.up_proj.weight", Is, H));
+      MOE_ASSIGN_OR_RETURN(w.sh_down, LoadMatrix(ck, c, m + "shared_experts.down_proj.weight", H, Is));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t MatBytes(int64_t r, int64_t c) { return r * c * 2; }
+
+int64_t PlanLayerBytes(const ModelConfig& c, bool moe, bool indexer) {
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads;
+  int64_t b = 4 * (2 * H + c.q_lora_rank + c.kv_lora_rank);
+  b += MatBytes(c.q_lora_rank, H) + MatBytes(nh * c.qk_head_dim(), c.q_lora_rank) +
+       MatBytes(c.kv_lora_rank + c.qk_rope_head_dim, H) + MatBytes(nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank) +
+       MatBytes(H, nh * c.v_head_dim);
+  if (indexer) {
+    b += MatBytes(c.index_n_heads * c.index_head_dim, c.q_lora_rank) + MatBytes(c.index_head_dim, H) +
+         4 * c.index_n_heads * H + 8 * c.index_head_dim;
+  }
+  if (!moe) {
+    b += 3 * MatBytes(c.intermediate_size, H);
+  } else {
+    b += 4 * c.n_routed_experts * (H + 1) + 3 * MatBytes(c.moe_intermediate_size * c.n_shared_experts, H);
+  }
+  return b;
+}
+
+}  // namespace
+
+int64_t LayerWeights::Bytes() const {
+  int64_t b = 4 * static_cast<int64_t>(input_norm.size() + post_norm.size() + q_a_norm.size() + kv_a_norm.size() +
+                                       idx_k_norm_w.size() + idx_k_norm_b.size() + router_bias.size());
+  for (const OwnedMatrix* m : {&q_a, &q_b, &kv_a, &kv_b, &o, &idx_wq_b, &idx_wk, &idx_wp, &gate, &up, &down, &router,
+                               &sh_gate, &sh_up, &sh_down}) {
+    b += m->Bytes();
+  }
+  return b;
+}
+
+int64_t ModelWeights::Bytes() const {
+  int64_t b = embed.Bytes() + lm_head.Bytes() + 4 * static_cast<int64_t>(final_norm.size());
+  for (const auto& l : layers) b += l.Bytes();
+  if (mtp) b += mtp->layer.Bytes() + mtp->eh_proj.Bytes() + 12 * static_cast<int64_t>(mtp->enorm.size());
+  return b;
+}
+
+int64_t PlanResidentBytes(const ModelConfig& c, bool with_mtp) {
+  int64_t b = 2 * MatBytes(c.vocab_size, c.hidden_size) + 4 * c.hidden_size;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    b += PlanLayerBytes(c, c.layer_is_moe[l], c.has_indexer && c.indexer_full[l]);
+  }
+  if (with_mtp) b += PlanLayerBytes(c, true, c.has_indexer) + MatBytes(c.hidden_size, 2 * c.hidden_size);
+  return b;
+}
+
+int64_t PlanExpertBytes(const ModelConfig& c) { return 3 * MatBytes(c.moe_intermediate_size, c.hidden_size); }
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckpoint& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt) {
+  auto w = std::make_unique<ModelWeights>();
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  MOE_ASSIGN_OR_RETURN(w->embed, LoadMatrix(ck, c, "model.embed_tokens.weight", V, H));
+  if (ck.Find("lm_head.weight") == nullptr && c.tie_word_embeddings) {
+    MOE_ASSIGN_OR_RETURN(w->lm_head, LoadMatrix(ck, c, "model.embed_tokens.weight", V, H));
+  } else {
+    MOE_ASSIGN_OR_RETURN(w->lm_head, LoadMatrix(ck, c, "lm_head.weight", V, H));
+  }
+  MOE_ASSIGN_OR_RETURN(w->final_norm, LoadVector(ck, "model.norm.weight", H));
+  w->layers.resize(c.num_hidden_layers);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    MOE_RETURN_IF_ERROR(LoadLayer(ck, c, l, c.layer_is_moe[l], c.has_indexer && c.indexer_full[l], w->layers[l]));
+  }
+  const int L = c.num_hidden_layers;
+  const std::string p = absl::StrCat("model.layers.", L, ".");
+  if (opt.load_mtp && ck.Find(p + "eh_proj.weight") != nullptr) {
+    auto m = std::make_unique<MtpWeights>();
+    MOE_ASSIGN_OR_RETURN(m->enorm, LoadVector(ck, p + "enorm.weight", H));
+    MOE_ASSIGN_OR_RETURN(m->hnorm, LoadVector(ck, p + "hnorm.weight", H));
+    MOE_ASSIGN_OR_RETURN(m->shared_head_norm, LoadVector(ck, p + "shared_head.norm.weight", H));
+    MOE_ASSIGN_OR_RETURN(m->eh_proj, LoadMatrix(ck, c, p + "eh_proj.weight", H, 2 * H));
+    MOE_RETURN_IF_ERROR(LoadLayer(ck, c, L, /*moe=*/true, c.has_indexer, m->layer));
+    w->mtp = std::move(m);
+  }
+  return w;
+}
+
+absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, const ModelConfig& c, int layer, int e) {
+  if (e < 0 || e >= c.n_routed_experts) return absl::NotFoundError(absl::StrCat("expert ", e, " out of range"));
+  const int64_t H = c.hidden_size, Im = c.moe_intermediate_size, E = c.n_routed_experts;
+  const std::string p = absl::StrCat("model.layers.", layer, ".mlp.experts.");
+  OwnedExpert x;
+  if (const TensorRef* gu = ck.Find(p + "gate_up_proj"); gu != nullptr) {
+    MOE_ASSIGN_OR_RETURN(gu, Need(ck, p + "gate_up_proj", {E, 2 * Im, H}));
+    MOE_ASSIGN_OR_RETURN(const TensorRef* dn, Need(ck, p + "down_proj", {E, H, Im}));
+    MOE_ASSIGN_OR_RETURN(x.gate, MakeMatrix(c, *gu, e * 2 * Im * H, Im, H, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(x.up, MakeMatrix(c, *gu, e * 2 * Im * H + Im * H, Im, H, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(x.down, MakeMatrix(c, *dn, e * H * Im, H, Im, nullptr, false));
+    return x;
+  }
+  const std::string q = absl::StrCat(p, e, ".");
+  MOE_ASSIGN_OR_RETURN(x.gate, LoadMatrix(ck, c, q + "gate_proj.weight", Im, H));
+  MOE_ASSIGN_OR_RETURN(x.up, LoadMatrix(ck, c, q + "up_proj.weight", Im, H));
+  MOE_ASSIGN_OR_RETURN(x.down, LoadMatrix(ck, c, q + "down_proj.weight", H, Im));
+  return x;
+}
+
+absl::Status ValidateExperts(const HfCheckpoint& ck, const ModelConfig& c, bool with_mtp) {
+  const int64_t H = c.hidden_size, Im = c.moe_intermediate_size, E = c.n_routed_experts;
+  auto check_layer = [&](int l) -> absl::Status {
+    const std::string p = absl::StrCat("model.layers.", l, ".mlp.experts.");
+    if (ck.Find(p + "gate_up_proj") != nullptr) {
+      MOE_RETURN_IF_ERROR(Need(ck, p + "gate_up_proj", {E, 2 * Im, H}).status());
+      return Need(ck, p + "down_proj", {E, H, Im}).status();
+    }
+    for (int e = 0; e < E; ++e) {
+      const std::string q = absl::StrCat(p, e, ".");
+      MOE_RETURN_IF_ERROR(Need(ck, q + "gate_proj.weight", {Im, H}).status());
+      MOE_RETURN_IF_ERROR(Need(ck, q + "up_proj.weight", {Im, H}).status());
+      MOE_RETURN_IF_ERROR(Need(ck, q + "down_proj.weight", {H, Im}).status());
+    }
+    return absl::OkStatus();
+  };
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.layer_is_moe[l]) MOE_RETURN_IF_ERROR(check_layer(l));
+  }
+  if (with_mtp) MOE_RETURN_IF_ERROR(check_layer(c.num_hidden_layers));
+  return absl::OkStatus();
+}
+
+}  // namespace moe

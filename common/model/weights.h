@@ -1,0 +1,92 @@
+// Resident (non-expert) weights of a glm_moe_dsa / deepseek_v3 model, and the
+// loader of routed experts from a checkpoint.
+//
+// Resident set for GLM-5 (bf16): embeddings 1.9 GB + lm_head 1.9 GB +
+// attention/indexer/shared expert/router/dense MLP ~ 20 GB; routed experts
+// (~1.4 TB at bf16) are never resident here: they come through ExpertSource.
+// Matrices keep their stored precision (bf16 / f32); FP8 block-quantized
+// tensors are dequantized to bf16 at load, as HF does.
+// Loading validates every tensor's presence and shape against the config and
+// fails with the tensor's name. Thread safety: immutable after loading.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/format/model_config.h"
+#include "common/model/expert_source.h"
+#include "common/model/hf_checkpoint.h"
+#include "common/model/linear.h"
+
+namespace moe {
+
+struct OwnedMatrix {
+  WeightMatrix m;
+  std::vector<uint8_t> data;
+  std::vector<float> scales;
+  int64_t Bytes() const { return static_cast<int64_t>(data.size() + scales.size() * sizeof(float)); }
+};
+
+struct LayerWeights {
+  int index = 0;
+  std::vector<float> input_norm, post_norm;
+  OwnedMatrix q_a, q_b, kv_a, kv_b, o;
+  std::vector<float> q_a_norm, kv_a_norm;
+  bool has_indexer = false;
+  OwnedMatrix idx_wq_b, idx_wk, idx_wp;  // idx_wp kept f32 (HF keeps weights_proj fp32)
+  std::vector<float> idx_k_norm_w, idx_k_norm_b;
+  bool moe = false;
+  OwnedMatrix gate, up, down;  // dense MLP (moe == false)
+  OwnedMatrix router;          // f32 [E, H]
+  std::vector<float> router_bias;
+  bool has_shared = false;
+  OwnedMatrix sh_gate, sh_up, sh_down;
+  int64_t Bytes() const;
+};
+
+struct MtpWeights {
+  std::vector<float> enorm, hnorm, shared_head_norm;
+  OwnedMatrix eh_proj;  // [H, 2H]
+  LayerWeights layer;
+};
+
+struct ModelWeights {
+  OwnedMatrix embed;    // [V, H]
+  OwnedMatrix lm_head;  // [V, H]
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;
+  std::unique_ptr<MtpWeights> mtp;  // null if the checkpoint has no MTP layer
+  int64_t Bytes() const;
+};
+
+// Bytes the resident set will take, computed from the config alone (for the
+// memory plan printed before loading). `with_mtp` adds layer L.
+int64_t PlanResidentBytes(const ModelConfig& c, bool with_mtp);
+// Bytes of one routed expert at bf16.
+int64_t PlanExpertBytes(const ModelConfig& c);
+
+struct LoadOptions {
+  bool load_mtp = true;  // load layer L if present
+};
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckpoint& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt = {});
+
+// An owned expert (three matrices).
+struct OwnedExpert {
+  OwnedMatrix gate, up, down;
+  ExpertWeights View() const { return {gate.m, up.m, down.m}; }
+  int64_t Bytes() const { return gate.Bytes() + up.Bytes() + down.Bytes(); }
+};
+
+// Reads routed expert (layer, e) from the checkpoint (per-expert tensors or
+// HF's fused gate_up_proj/down_proj), checking shapes.
+absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, const ModelConfig& c, int layer, int e);
+// Verifies that every routed expert tensor of every MoE layer is present with
+// the right shape (without reading data), so a bad checkpoint fails at load.
+absl::Status ValidateExperts(const HfCheckpoint& ck, const ModelConfig& c, bool with_mtp);
+
+}  // namespace moe

@@ -1,0 +1,100 @@
+// Chat rendering equals transformers.apply_chat_template (goldens/chat.json), and the ids of
+// the rendered prompt equal HF's.
+#include "common/text/chat.h"
+
+#include "common/text/py_json.h"
+#include "common/text/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/text/test_util.h"
+
+namespace moe::text {
+namespace {
+
+using namespace moe::text::testing;
+using ojson = nlohmann::ordered_json;
+
+ChatRequest RequestFromGolden(const ojson& c) {
+  ojson req = ojson::object();
+  req["messages"] = c["messages"];
+  req["tools"] = c["tools"];
+  for (auto it = c["kwargs"].begin(); it != c["kwargs"].end(); ++it) req[it.key()] = it.value();
+  if (!c["kwargs"].contains("add_generation_prompt")) req["add_generation_prompt"] = false;
+  auto r = ParseChatRequestJson(req.dump());
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : ChatRequest{};
+}
+
+TEST(TextChat, RendersLikeTransformers) {
+  const auto goldens = LoadJson(DataDir() + "goldens/chat.json");
+  auto glm = Tokenizer::FromFile(DataDir() + "glm_tiny/tokenizer.json");
+  auto ds = Tokenizer::FromFile(DataDir() + "real/deepseek_v3.json.gz");
+  ASSERT_TRUE(glm.ok() && ds.ok());
+  int n = 0;
+  for (const auto& c : goldens) {
+    const std::string name = c["name"].get<std::string>();
+    auto fmt = ParseChatFormat(c["format"].get<std::string>());
+    ASSERT_TRUE(fmt.ok()) << fmt.status();
+    auto text = RenderChat(*fmt, RequestFromGolden(c));
+    ASSERT_TRUE(text.ok()) << name << ": " << text.status();
+    EXPECT_EQ(*text, c["text"].get<std::string>()) << name;
+    const Tokenizer& t = *fmt == ChatFormat::kGlm ? **glm : **ds;
+    EXPECT_EQ(t.Encode(*text, {.parse_special = true, .add_special_tokens = false}),
+              c["ids"].get<std::vector<int32_t>>())
+        << name;
+    ++n;
+  }
+  EXPECT_GE(n, 9);
+}
+
+TEST(TextChat, GlmGenerationPromptExample) {
+  // MODEL_SPEC section 7's example.
+  auto r = ParseChatRequestJson(R"([{"role":"system","content":"You are helpful."},{"role":"user","content":"Hi"}])");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*RenderChat(ChatFormat::kGlm, *r), "[gMASK]<sop><|system|>You are helpful.<|user|>Hi<|assistant|><think>");
+  r->enable_thinking = false;
+  EXPECT_EQ(*RenderChat(ChatFormat::kGlm, *r), "[gMASK]<sop><|system|>You are helpful.<|user|>Hi<|assistant|></think>");
+}
+
+TEST(TextChat, DetectsFormatFromModelFiles) {
+  auto glm = DetectChatFormat(DataDir() + "glm_tiny");
+  ASSERT_TRUE(glm.ok()) << glm.status();
+  EXPECT_EQ(*glm, ChatFormat::kGlm);
+  const std::string cfg = ReadFile(DataDir() + "deepseek_v3_tokenizer_config.json");
+  auto ds = DetectChatFormatFromTemplate(ojson::parse(cfg)["chat_template"].get<std::string>(), "ds");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(*ds, ChatFormat::kDeepSeekV3);
+}
+
+TEST(TextChat, UnknownFormatsAreErrors) {
+  auto f = ParseChatFormat("llama3");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("llama3"), absl::string_view::npos);
+  auto t = DetectChatFormatFromTemplate("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}", "x.jinja");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("unknown chat template in x.jinja"), absl::string_view::npos);
+  auto d = DetectChatFormat(DataDir() + "no_such_model");
+  EXPECT_FALSE(d.ok());
+}
+
+TEST(TextChat, BadMessagesAreErrors) {
+  EXPECT_FALSE(ParseChatRequestJson("[{\"role\": \"user\", \"content\": \"x\"").ok());  // malformed
+  auto role = ParseChatRequestJson(R"([{"role":"wizard","content":"x"}])");
+  ASSERT_FALSE(role.ok());
+  EXPECT_NE(role.status().message().find("wizard"), absl::string_view::npos);
+  EXPECT_FALSE(ParseChatRequestJson(R"([{"content":"x"}])").ok());
+  EXPECT_FALSE(ParseChatRequestJson(R"([{"role":"user","content":42}])").ok());
+  EXPECT_FALSE(ParseChatRequestJson(R"({"messages":[],"tools":{}})").ok());
+  auto args = ParseChatRequestJson(
+      R"([{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}])");
+  ASSERT_TRUE(args.ok());
+  EXPECT_FALSE(RenderChat(ChatFormat::kGlm, *args).ok());  // GLM needs an object
+}
+
+TEST(TextChat, PyJsonDumpsMatchesPython) {
+  const ojson j = ojson::parse(R"({"b": [1, 2.5, true, null], "a": "x\"\\\n\u0001é😀", "c": {}})");
+  EXPECT_EQ(PyJsonDumps(j), "{\"b\": [1, 2.5, true, null], \"a\": \"x\\\"\\\\\\n\\u0001é😀\", \"c\": {}}");
+  EXPECT_EQ(PyJsonDumps(ojson("é😀"), /*ensure_ascii=*/true), "\"\\u00e9\\ud83d\\ude00\"");
+}
+
+}  // namespace
+}  // namespace moe::text
