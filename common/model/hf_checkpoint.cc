@@ -121,7 +121,8 @@ absl::StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::OpenFile(const std::
   return ck;
 }
 
-float Fp8E4M3ToF32(uint8_t v) {
+namespace {
+float Fp8ToF32(uint8_t v) {
   const int s = v >> 7, e = (v >> 3) & 15, m = v & 7;
   float r;
   if (e == 15 && m == 7) {
@@ -133,6 +134,7 @@ float Fp8E4M3ToF32(uint8_t v) {
   }
   return s ? -r : r;
 }
+}  // namespace
 
 absl::Status DecodeToF32(const std::string& dtype, const uint8_t* src, int64_t n, float* out) {
   if (dtype == "F32") {
@@ -155,7 +157,7 @@ absl::Status DecodeToF32(const std::string& dtype, const uint8_t* src, int64_t n
       out[i] = s ? -r : r;
     }
   } else if (dtype == "F8_E4M3") {
-    for (int64_t i = 0; i < n; ++i) out[i] = Fp8E4M3ToF32(src[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = Fp8ToF32(src[i]);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", dtype));
   }
