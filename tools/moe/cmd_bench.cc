@@ -1,39 +1,54 @@
-// moe bench <what> [flags]: dispatcher over the benchmark programs (bench.h).
+// `moe bench <what> [flags]`: dispatcher for the benchmark programs. Each
+// target lives in its own cmd_bench_<what>.cc and is one row of kTargets
+// (keep sorted by name). Benchmarks report ratios to floors measured
+// in the same run (docs/BENCHMARKS.md).
 #include <cstdio>
 #include <cstring>
 
-#include "tools/moe/bench.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
+
+// Declarations of the targets implemented in cmd_bench_*.cc (keep sorted).
+int RunBenchCache(int argc, char** argv);
+int RunBenchConvert(int argc, char** argv);
+int RunBenchIo(int argc, char** argv);
+int RunBenchKernels(int argc, char** argv);
+int RunBenchLease(int argc, char** argv);
+int RunBenchTokenize(int argc, char** argv);
+
 namespace {
-// One row per line, sorted by name (this file merges with git's union driver).
-const Bench kBenches[] = {
-    {"cache", "replay a routing trace: LRU vs our policy vs Belady (expertd)", BenchCache},
+struct BenchTarget {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);  // argv[0] is the target name
+};
+const BenchTarget kTargets[] = {
+    {"cache", "expertd policy: LRU vs ours vs Belady hit rates on a routing trace", RunBenchCache},
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
-    {"io", "expert miss path vs raw O_DIRECT reads, io_uring vs pread (expertd)", BenchIo},
+    {"io", "expertd miss path vs raw O_DIRECT reads; io_uring vs pread pool", RunBenchIo},
     {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth", RunBenchKernels},
-    {"lease", "cost of leasing a cached expert from shared memory (expertd)", BenchLease},
+    {"lease", "expertd: cost of leasing a cached expert from shared memory (+ RPC)", RunBenchLease},
     {"tokenize", "encode MB/s of the tokenizer vs Hugging Face tokenizers on the same corpus", RunBenchTokenize},
 };
 
-void Usage(FILE* out) {
-  std::fprintf(out, "usage: moe bench <what> [flags]   (moe bench <what> --help)\n\nbenchmarks:\n");
-  for (const auto& b : kBenches) std::fprintf(out, "  %-9s %s\n", b.name, b.summary);
+void PrintUsage(FILE* f) {
+  std::fprintf(f, "usage: moe bench <what> [flags]   (moe bench <what> --help for flags)\n");
+  for (const auto& t : kTargets) std::fprintf(f, "  %-10s %s\n", t.name, t.summary);
 }
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    Usage(argc < 2 ? stderr : stdout);
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    PrintUsage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  for (const auto& b : kBenches) {
-    if (!std::strcmp(argv[1], b.name)) return b.run(argc - 1, argv + 1);
-  }
-  std::fprintf(stderr, "moe bench: unknown benchmark '%s'\n", argv[1]);
-  Usage(stderr);
-  return 2;
+  for (const auto& t : kTargets)
+    if (std::strcmp(argv[1], t.name) == 0) return t.run(argc - 1, argv + 1);
+  PrintUsage(stderr);
+  return Fail("bench", absl::InvalidArgumentError(absl::StrCat("unknown benchmark '", argv[1], "'")));
 }
 
 }  // namespace moe::cli

@@ -14,7 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "services/expertd/client.h"
 #include "tools/moe/commands.h"
-#include "tools/moe/util_png.h"
+#include "tools/moe/cmd_heat_png.h"
 
 namespace moe::cli {
 namespace {

@@ -21,7 +21,7 @@ namespace {
 const Command kCommands[] = {
     {"bench", "benchmarks: moe bench <what> (moe bench --help lists them)", RunBench},
     {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
-    {"heat", "expertd admin: per-tier stats, expert heat map (--json, --png), pin/unpin, budget", RunHeat},
+    {"heat", "expertd admin: tiers, hit rates, expert heat (--json, --png), pin/unpin, budget", RunHeat},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
     {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},

@@ -1,4 +1,4 @@
-#include "tools/moe/util_png.h"
+#include "tools/moe/cmd_heat_png.h"
 
 #include <cstdio>
 

@@ -26,7 +26,6 @@
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
 #include "nlohmann/json.hpp"
-#include "tools/moe/bench.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
@@ -176,7 +175,7 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-int BenchIo(int argc, char** argv) {
+int RunBenchIo(int argc, char** argv) {
   std::string manifest, dir = "/tmp";
   int64_t qd = 8, batch = 8, repeats = 3, layers = 6, experts = 8;
   uint64_t record_bytes = 19ull << 20, chunk = 2ull << 20;

@@ -9,12 +9,11 @@
 #include "common/base/flags.h"
 #include "common/expertstore/cache_sim.h"
 #include "nlohmann/json.hpp"
-#include "tools/moe/bench.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
 
-int BenchCache(int argc, char** argv) {
+int RunBenchCache(int argc, char** argv) {
   using namespace expertstore;
   std::string trace_path, save;
   bool synthetic = false, json = false;

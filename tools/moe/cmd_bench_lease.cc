@@ -21,7 +21,6 @@
 #include "common/expertstore/store.h"
 #include "nlohmann/json.hpp"
 #include "services/expertd/client.h"
-#include "tools/moe/bench.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
@@ -62,7 +61,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> SmallStore(const std::string& dir) 
 
 }  // namespace
 
-int BenchLease(int argc, char** argv) {
+int RunBenchLease(int argc, char** argv) {
   int64_t iters = 200000;
   std::string addr, dir = "/tmp";
   bool json = false;
