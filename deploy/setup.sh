@@ -28,7 +28,7 @@ fi
 # Python packages used by the default test path (no torch here: oracle and
 # training scripts have their own requirements files and are run by hand).
 PY=${PYTHON:-python3}
-if ! $PY -c "import numpy, safetensors, ml_dtypes, jinja2" 2>/dev/null; then
+if ! $PY -c "import numpy, safetensors, ml_dtypes, jinja2, openai" 2>/dev/null; then
   echo "[setup] pip install -r deploy/requirements-test.txt"
   $PY -m pip install -q -r deploy/requirements-test.txt
 fi

@@ -8,6 +8,7 @@ namespace moe::cli {
 // (this file merges with git's union driver: see .gitattributes).
 int RunBench(int argc, char** argv);
 int RunConvert(int argc, char** argv);
+int RunHeat(int argc, char** argv);
 int RunInspect(int argc, char** argv);
 int RunQuality(int argc, char** argv);
 int RunRun(int argc, char** argv);
@@ -20,6 +21,7 @@ namespace {
 const Command kCommands[] = {
     {"bench", "benchmarks: moe bench <what> (moe bench --help lists them)", RunBench},
     {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
+    {"heat", "expertd admin: tiers, hit rates, expert heat (--json, --png), pin/unpin, budget", RunHeat},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
     {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},

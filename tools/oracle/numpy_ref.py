@@ -121,7 +121,10 @@ class Model:
         theta = float(rp.get("rope_theta", c.get("rope_theta", 10000.0)))
         dim = self.dr
         scaling = (self.dn + self.dr) ** -0.5
-        pos_freqs = np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))
+        # theta ** (2i/d) correctly rounded to f32 (computed in f64): equals torch's f32 pow here, while
+        # numpy's own f32 pow is off by one ulp for theta = 8e6 (and one ulp moves DSA sets)
+        expo = (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)).astype(np.float64)
+        pos_freqs = (np.float64(theta) ** expo).astype(np.float32)
         inv = (np.float32(1.0) / pos_freqs).astype(np.float32)
         if rp.get("rope_type", "default") == "yarn":
             factor = float(rp["factor"])
@@ -153,8 +156,9 @@ class Model:
         return inv, scaling
 
     def rope_tables(self, T):
-        ang = np.arange(T, dtype=np.float32)[:, None] * self.inv_freq[None, :]
-        return self.rb(np.cos(ang).astype(np.float32)), self.rb(np.sin(ang).astype(np.float32))
+        ang = np.arange(T, dtype=np.float32)[:, None] * self.inv_freq[None, :]  # f32 product, like HF
+        ang64 = ang.astype(np.float64)
+        return self.rb(np.cos(ang64).astype(np.float32)), self.rb(np.sin(ang64).astype(np.float32))
 
     def rope(self, x, cos, sin):
         """Interleaved (GPT-J) rotation of the last axis; output in HF's de-interleaved layout
@@ -197,12 +201,15 @@ class Model:
         k = self.lin(x, p + "indexer.wk.weight")
         mu = k.mean(-1, keepdims=True)
         var = ((k - mu) ** 2).mean(-1, keepdims=True)
-        k = self.rb((k - mu) / np.sqrt(var + np.float32(1e-6)) * self.w[p + "indexer.k_norm.weight"]
-                    + self.w[p + "indexer.k_norm.bias"])
+        rstd = np.float32(1.0) / np.sqrt(var + np.float32(1e-6))
+        k = self.rb((k * rstd - rstd * mu) * self.w[p + "indexer.k_norm.weight"] + self.w[p + "indexer.k_norm.bias"])
+        self.last_k_norm = k
         q = np.concatenate([self.rope(q[..., :dr], cos[:, None, :], sin[:, None, :]), q[..., dr:]], -1)
         k = np.concatenate([self.rope(k[..., :dr], cos, sin), k[..., dr:]], -1)
         sc = np.maximum(np.einsum("shd,td->sht", q, k) * np.float32(idd ** -0.5), 0)  # fp32
-        wts = (x @ self.w[p + "indexer.weights_proj.weight"].T) * np.float32(ih ** -0.5)  # fp32
+        # HF loaded with dtype=bfloat16 keeps weights_proj in BF16 (_keep_in_fp32_modules only applies to
+        # fp16 loads), so the head weights are a BF16 projection, widened, then scaled in fp32
+        wts = self.lin(x, p + "indexer.weights_proj.weight") * np.float32(ih ** -0.5)
         iscore = np.einsum("sh,sht->st", wts, sc).astype(np.float32)
         causal = np.tril(np.ones((T, T), dtype=bool))
         iscore = np.where(causal, iscore, -np.inf)
@@ -240,6 +247,7 @@ class Model:
         if self.arch == "glm":
             if self.indexer_types[l] == "full" if l < self.L else True:
                 sel = self.indexer(x, cq, cos, sin, p, self.cfg["index_topk"])
+                self.last_k_norm_layer = l
             else:
                 if prev_sel is None:
                     raise ValueError(f"layer {l}: shared indexer layer without a preceding full layer")
@@ -312,9 +320,12 @@ class Model:
             trace[f"layers.{l}.output"] = h
             if sel is not None:
                 trace[f"layers.{l}.dsa_selected"] = sel
+            if getattr(self, "last_k_norm_layer", None) == l:
+                trace[f"layers.{l}.indexer.k_norm"] = self.last_k_norm
         return h, sel
 
     def forward(self, ids, trace=None):
+        self.last_k_norm_layer = None
         """Logits [T, V] (f32) and the final-normed hidden states."""
         ids = np.asarray(ids)
         V = self.cfg["vocab_size"]
@@ -362,13 +373,20 @@ class Model:
 # ----------------------------------------------------------------------------------------------
 
 
-def check_model(d, mode, verbose=True):
+def check_model(d, mode, verbose=True, decode=False):
     g = json.load(open(os.path.join(d, "goldens.json")))
     m = Model(d, mode)
     near = g["sanity"]["near_tie_margin"]
     res = {"model": g["model"], "mode": mode, "greedy": [], "tf": [], "tf_bad": 0, "mtp": []}
     for pr in g["prompts"]:
-        toks = m.greedy(pr["ids"], g["n_greedy"])
+        if decode:
+            toks = m.greedy(pr["ids"], g["n_greedy"])
+        else:
+            # one causal forward over prompt + golden tokens: position i's argmax is what greedy decoding
+            # would emit after seeing ids[0..i], so this equals step-by-step greedy up to the first miss
+            seq = pr["ids"] + pr["greedy"]["tokens"]
+            lg, _ = m.forward(seq[:-1])
+            toks = [int(t) for t in np.argmax(lg[len(pr["ids"]) - 1:], -1)]
         res["greedy"].append(sum(a == b for a, b in zip(toks, pr["greedy"]["tokens"])))
         tf = pr["teacher_forced"]
         lg, _ = m.forward(tf["ids"])
@@ -379,7 +397,9 @@ def check_model(d, mode, verbose=True):
         res["tf_bad"] += bad
         mt = pr["mtp_teacher_forced"]
         ml = m.mtp_logits(mt["ids"])
-        res["mtp"].append([int((np.argmax(ml, -1) == np.array(mt["draft_argmax"])).sum()), len(mt["draft_argmax"])])
+        ma = np.argmax(ml, -1)
+        mbad = sum(1 for i, a in enumerate(ma) if a != mt["draft_argmax"][i] and mt["margin"][i] >= near)
+        res["mtp"].append([int((ma == np.array(mt["draft_argmax"])).sum()), len(mt["draft_argmax"]), mbad])
     # layer-by-layer diff on the debug prompt
     dbg = load_safetensors(os.path.join(d, g["debug"]["file"]))
     trace = {}
@@ -392,6 +412,9 @@ def check_model(d, mode, verbose=True):
         if f"layers.{l}.router" in trace:
             idx = np.sort(trace[f"layers.{l}.router"][0], -1)
             diffs[f"layers.{l}.router_sets_equal"] = bool((idx == dbg[f"layers.{l}.router.topk_idx"]).all())
+        if f"layers.{l}.indexer.k_norm" in trace:
+            ref = dbg[f"layers.{l}.indexer.k_norm"]
+            diffs[f"layers.{l}.indexer.k_norm"] = float(np.abs(trace[f"layers.{l}.indexer.k_norm"] - ref).max())
         if f"layers.{l}.dsa_selected" in trace:
             sel = trace[f"layers.{l}.dsa_selected"]
             ref_sets = dbg[f"layers.{l}.attn.topk_indices"]
@@ -411,6 +434,8 @@ def main():
                                                    "tests", "data", "oracle"))
     ap.add_argument("--mode", default="both", choices=["f32", "bf16", "both"])
     ap.add_argument("--only", default="")
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--decode", action="store_true", help="greedy by step-by-step decoding (slow)")
     args = ap.parse_args()
     modes = ["f32", "bf16"] if args.mode == "both" else [args.mode]
     ok = True
@@ -420,12 +445,17 @@ def main():
         d = os.path.join(args.data, name)
         if not os.path.exists(os.path.join(d, "goldens.json")):
             continue
+        acceptance = json.load(open(os.path.join(d, "goldens.json")))["sanity"]["prompt_acceptance"]
         for mode in modes:
-            r = check_model(d, mode)
+            r = check_model(d, mode, verbose=args.verbose, decode=args.decode)
             good = all(x == 32 for x in r["greedy"]) and r["tf_bad"] == 0
+            # f32 is only expected to match where the goldens were selected to be f32-robust (glm-dsa's
+            # top-8 DSA sets flip under f32-vs-BF16 noise; see README)
+            required = mode == "bf16" or acceptance.startswith("f32")
+            verdict = "OK" if good else ("MISMATCH" if required else "differs (expected, informational)")
             print(f"{name} [{mode}]: greedy {r['greedy']} teacher-forced {r['tf']} non-near-tie mismatches "
-                  f"{r['tf_bad']} mtp {r['mtp']} -> {'OK' if good else 'MISMATCH'}")
-            ok = ok and good
+                  f"{r['tf_bad']} mtp [agree, total, non-near-tie] {r['mtp']} debug {r['debug']} -> {verdict}")
+            ok = ok and (good or not required)
     return 0 if ok else 1
 
 

@@ -1,0 +1,34 @@
+// A byte-level TextCodec: token id b (0..255) is the byte b, id 256 is the
+// end-of-text token. Used with test models (the fake worker in tests, the
+// load tool); real models use the project tokenizer through its adapter.
+//
+// Chat template (plain text, documented so tests can predict prompts):
+//   for each message: "<|" role "|>\n" content "\n"
+//   tool results:     "<|tool|>\n" content "\n"
+//   assistant tool calls: "<tool_call>" name " " arguments "</tool_call>\n"
+//   tools (if any) first: "<|tools|>\n" one JSON function per line "\n"
+//   then "<|assistant|>\n".
+// Output: "<think>...</think>" becomes reasoning_content and
+// "<tool_call>NAME ARGS</tool_call>" becomes a tool call when the request
+// had tools; everything else is content.
+// Thread safety: immutable.
+#pragma once
+
+#include "services/gateway/text_codec.h"
+
+namespace moe::gateway {
+
+class ByteCodec final : public TextCodec {
+ public:
+  static constexpr int32_t kEos = 256;
+  int32_t vocab_size() const override { return 257; }
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(const ChatRequest& request) const override;
+  std::string TokenBytes(int32_t id) const override;
+  std::vector<int32_t> StopTokenIds() const override { return {kEos}; }
+  std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request) const override;
+
+  static std::string RenderChat(const ChatRequest& request);
+};
+
+}  // namespace moe::gateway

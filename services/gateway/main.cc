@@ -1,0 +1,186 @@
+// gateway: the OpenAI-compatible HTTP front of moestream.
+//
+//   gateway --worker unix:/run/moestream/inferd0.sock --worker unix:/run/moestream/inferd1.sock \
+//           [--listen 127.0.0.1:8000 | --listen unix:/run/moestream/gateway.sock] [--config FILE]
+//
+// Binds 127.0.0.1 by default (never all interfaces unless --listen says so).
+// SIGTERM/SIGINT: stop accepting, cancel in-flight sequences, exit 0.
+#include <signal.h>
+
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "common/base/config_file.h"
+#include "common/base/flags.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "services/gateway/byte_codec.h"
+#include "services/gateway/grpc_worker.h"
+#include "services/gateway/http_server.h"
+#include "services/gateway/text_codec_model.h"
+
+namespace {
+
+using namespace moe;
+using namespace moe::gateway;
+
+int Main(int argc, char** argv) {
+  // Signals are taken by one thread (sigwait); block them everywhere first.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string listen = "127.0.0.1:8000";
+  std::vector<std::string> workers;
+  std::string model_name = "moestream";
+  int64_t max_model_len = 0;
+  std::string tokenizer = "byte";
+  std::vector<std::string> api_keys;
+  std::string api_keys_file;
+  int64_t max_running = 64, max_queued = 64, per_key_limit = 0, retry_after = 1;
+  uint64_t max_body = 8 << 20;
+  int64_t http_threads = 0;
+  int64_t probe_ms = 1000;
+  int64_t startup_wait_s = 60;
+  int64_t max_n = 16;
+  int64_t client_poll_ms = 10;
+  std::string log_level = "info";
+
+  FlagSet flags("gateway", "OpenAI-compatible HTTP gateway over inferd workers.");
+  flags.AddString("listen", &listen, "HOST:PORT or unix:/path (default 127.0.0.1:8000)");
+  flags.AddStringList("worker", &workers, "inferd address (unix:/path or host:port); repeat per worker");
+  flags.AddString("served-model-name", &model_name, "model id clients send in 'model'");
+  flags.AddInt("max-model-len", &max_model_len, "context length (0: the smallest the workers report)");
+  flags.AddString("tokenizer", &tokenizer,
+                  "model directory with tokenizer.json + chat template, or 'byte' (byte-level, test models)");
+  flags.AddStringList("api-key", &api_keys, "accepted API key (repeatable); none + no file = open server");
+  flags.AddString("api-keys-file", &api_keys_file, "file with one API key per line");
+  flags.AddInt("max-running", &max_running, "requests generating at once");
+  flags.AddInt("max-queued", &max_queued, "requests waiting beyond that (then 503)");
+  flags.AddInt("per-key-limit", &per_key_limit, "concurrent requests per API key (0: no limit; then 429)");
+  flags.AddInt("retry-after", &retry_after, "Retry-After seconds on 503/429");
+  flags.AddBytes("max-body", &max_body, "largest request body (larger: 400)");
+  flags.AddInt("http-threads", &http_threads, "HTTP connection threads (0: max-running + max-queued + 16)");
+  flags.AddInt("probe-ms", &probe_ms, "worker health probe period");
+  flags.AddInt("startup-wait-s", &startup_wait_s, "wait this long for a first live worker");
+  flags.AddInt("max-n", &max_n, "largest 'n' accepted");
+  flags.AddInt("client-poll-ms", &client_poll_ms, "how often a waiting request checks that its client is still there");
+  flags.AddString("log-level", &log_level, "debug, info, warning, error");
+
+  auto args = ArgsWithConfig(argc, argv, "gateway");
+  absl::Status st = args.ok() ? flags.Parse(*args) : args.status();
+  if (!st.ok()) {
+    std::cerr << "gateway: " << st.message() << "\n" << flags.Usage();
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage() << "  --config FILE: read the [gateway] section of FILE first\n";
+    return 0;
+  }
+  LogLevel lvl;
+  if (!ParseLogLevel(log_level, &lvl)) {
+    std::cerr << "gateway: --log-level: unknown level '" << log_level << "'\n";
+    return 2;
+  }
+  SetLogLevel(lvl);
+  auto fail = [](const absl::Status& s) {
+    std::cerr << "gateway: " << s.message() << "\n";
+    return 1;
+  };
+  if (workers.empty()) return fail(absl::InvalidArgumentError("no --worker given"));
+  if (max_running < 1 || max_queued < 0 || per_key_limit < 0 || max_n < 1 || probe_ms < 10) {
+    return fail(absl::InvalidArgumentError(
+        "--max-running >= 1, --max-queued >= 0, --per-key-limit >= 0, --max-n >= 1, --probe-ms >= 10"));
+  }
+  std::unique_ptr<TextCodec> codec;
+  if (tokenizer == "byte") {
+    codec = std::make_unique<ByteCodec>();
+  } else {
+    auto c = ModelTextCodec::Load(tokenizer);
+    if (!c.ok()) return fail(Annotate(c.status(), "--tokenizer"));
+    codec = std::move(*c);
+  }
+  auto keys = ApiKeys::Load(api_keys, api_keys_file);
+  if (!keys.ok()) return fail(keys.status());
+
+  std::vector<std::shared_ptr<Worker>> ws;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    ws.push_back(std::make_shared<GrpcWorker>(absl::StrCat("w", i, "(", workers[i], ")"), workers[i]));
+  }
+  Scheduler scheduler(ws, SchedulerConfig{});
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(startup_wait_s);
+  scheduler.ProbeAll();
+  while (scheduler.alive_count() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    scheduler.ProbeAll();
+  }
+  int64_t ctx = max_model_len;
+  for (const auto& w : scheduler.Snapshot()) {
+    if (w.alive && max_model_len == 0 && (ctx == 0 || w.info.max_context < ctx)) ctx = w.info.max_context;
+  }
+  if (ctx <= 0) {
+    return fail(absl::UnavailableError(absl::StrCat("no worker answered within ", startup_wait_s,
+                                                    " s and --max-model-len is not set")));
+  }
+  MOE_LOG(INFO) << "gateway: " << scheduler.alive_count() << "/" << ws.size() << " workers live, context " << ctx;
+
+  Metrics metrics;
+  AdmissionController admission({static_cast<int>(max_running), static_cast<int>(max_queued),
+                                 static_cast<int>(per_key_limit), static_cast<int>(retry_after)});
+  ServingConfig sc;
+  sc.model_name = model_name;
+  sc.max_context = ctx;
+  sc.max_n = static_cast<int>(max_n);
+  sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
+  OpenAIServing serving(sc, codec.get(), &scheduler, &admission, &metrics);
+  HttpConfig hc;
+  hc.listen = listen;
+  hc.max_body_bytes = max_body;
+  hc.threads = static_cast<int>(http_threads > 0 ? http_threads : max_running + max_queued + 16);
+  GatewayHttpServer server(hc, &serving, &*keys, &admission, &scheduler, &metrics);
+  auto port = server.Bind();
+  if (!port.ok()) return fail(port.status());
+  MOE_LOG(INFO) << "gateway: listening on " << listen << (*port > 0 ? absl::StrCat(" (port ", *port, ")") : "");
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread prober([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, std::chrono::milliseconds(probe_ms), [&] { return stop; })) {
+      lock.unlock();
+      scheduler.ProbeAll();
+      lock.lock();
+    }
+  });
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    MOE_LOG(INFO) << "gateway: signal " << sig << ", shutting down";
+    server.Stop();
+  });
+  absl::Status served = server.Serve();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  prober.join();
+  // The signal thread ends on its signal; when Serve() failed on its own, send one.
+  if (!server.stopping()) pthread_kill(signals.native_handle(), SIGTERM);
+  server.Stop();
+  signals.join();
+  if (listen.rfind("unix:", 0) == 0) ::unlink(listen.substr(5).c_str());
+  if (!served.ok()) return fail(served);
+  MOE_LOG(INFO) << "gateway: stopped";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Main(argc, argv); }

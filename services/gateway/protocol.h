@@ -1,0 +1,130 @@
+// OpenAI wire schema: request parsing/validation into typed structs, and the
+// response / stream-chunk JSON builders. No HTTP, no generation logic here
+// (route = http_server.cc, logic = serving.cc; vLLM entrypoints/openai style).
+//
+// Validation contract: every field we know is type-checked and range-checked;
+// the first problem found is returned as a 400 ApiError whose `param` names
+// the field (e.g. "messages[2].content", "stop[1]"). Unknown top-level fields
+// are ignored (clients send vendor extras); known fields we cannot honour
+// (response_format json_object/json_schema, logit_bias, echo, suffix,
+// best_of != n) are rejected with a 400 — never silently ignored.
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "services/gateway/api_error.h"
+#include "services/gateway/worker.h"
+
+namespace moe::gateway {
+
+struct ProtocolLimits {
+  std::vector<std::string> model_names;  // accepted values of "model"
+  int max_n = 16;
+  int max_stop = 16;
+  int max_top_logprobs = 20;
+  int max_completion_logprobs = 5;  // legacy completions `logprobs`
+};
+
+// Fields shared by both endpoints.
+struct CommonRequest {
+  std::string model;
+  int32_t max_tokens = -1;  // -1 = not given (fill to the context)
+  SamplingParams sampling;
+  int n = 1;
+  std::vector<std::string> stop;
+  int32_t logprobs = -1;  // -1 none, 0 chosen only, k top alternatives
+  bool stream = false;
+  bool include_usage = false;
+  std::string user;
+};
+
+struct ChatMessage {
+  std::string role;  // system, developer, user, assistant, tool
+  std::string content;
+  std::string name;
+  std::string reasoning_content;
+  nlohmann::json tool_calls;  // assistant: OpenAI tool_calls array (validated) or null
+  std::string tool_call_id;   // tool
+};
+
+struct ChatRequest {
+  CommonRequest common;
+  std::vector<ChatMessage> messages;
+  nlohmann::json tools;        // validated array of {type:function, function:{name,...}} or null
+  std::string tool_choice;     // "none", "auto", "required", or a function name
+  bool tool_choice_named = false;
+};
+
+struct CompletionRequest {
+  CommonRequest common;
+  bool prompt_is_tokens = false;
+  std::string prompt_text;
+  std::vector<int32_t> prompt_tokens;
+};
+
+std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLimits& limits,
+                                         ChatRequest* out);
+std::optional<ApiError> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits,
+                                               CompletionRequest* out);
+
+// ---- responses ---------------------------------------------------------------
+
+struct LogprobEntry {
+  std::string token;  // raw token bytes (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;
+};
+
+struct ChoiceResult {
+  int index = 0;
+  std::string text;       // content (chat) or text (completions)
+  std::string reasoning;  // chat: reasoning_content
+  nlohmann::json tool_calls;  // chat: OpenAI tool_calls or null
+  std::string finish_reason;  // "stop", "length", "tool_calls"
+  bool has_logprobs = false;
+  std::vector<LogprobEntry> logprobs;
+};
+
+struct ResponseMeta {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+};
+
+nlohmann::json UsageJson(const Usage& u);
+// Chat logprobs object {"content": [...]} (with "bytes" arrays).
+nlohmann::json ChatLogprobsJson(const std::vector<LogprobEntry>& entries);
+// Legacy completions logprobs {"tokens","token_logprobs","top_logprobs","text_offset"}.
+nlohmann::json CompletionLogprobsJson(const std::vector<LogprobEntry>& entries, size_t text_offset0);
+
+nlohmann::json ChatCompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                                  const Usage& usage);
+nlohmann::json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                              const Usage& usage);
+// One streaming chunk for choice `index`. `delta` is the chat delta object
+// (ignored for completions, which use `text`); finish_reason empty = null.
+nlohmann::json ChatChunkJson(const ResponseMeta& meta, int index, const nlohmann::json& delta,
+                             const std::vector<LogprobEntry>* logprobs, const std::string& finish_reason,
+                             bool include_usage_null);
+nlohmann::json CompletionChunkJson(const ResponseMeta& meta, int index, const std::string& text,
+                                   const std::vector<LogprobEntry>* logprobs, size_t text_offset0,
+                                   const std::string& finish_reason, bool include_usage_null);
+// Final chunk carrying only usage (stream_options.include_usage).
+nlohmann::json UsageChunkJson(const ResponseMeta& meta, bool chat, const Usage& usage);
+
+std::string FinishReasonName(FinishReason r);
+
+}  // namespace moe::gateway

@@ -1,0 +1,394 @@
+#include "services/gateway/serving.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "services/gateway/sse.h"
+#include "services/gateway/stop_matcher.h"
+
+namespace moe::gateway {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+HttpReply ErrorReply(const ApiError& e) {
+  HttpReply r;
+  r.status = e.http_status;
+  r.body = e.ToJson().dump();
+  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  return r;
+}
+
+OpenAIServing::OpenAIServing(ServingConfig config, const TextCodec* codec, Scheduler* scheduler,
+                             AdmissionController* admission, Metrics* metrics)
+    : config_(std::move(config)),
+      codec_(codec),
+      scheduler_(scheduler),
+      admission_(admission),
+      metrics_(metrics),
+      rng_(std::random_device{}()) {}
+
+ProtocolLimits OpenAIServing::limits() const {
+  ProtocolLimits l;
+  l.model_names = {config_.model_name};
+  l.max_n = config_.max_n;
+  return l;
+}
+
+std::string OpenAIServing::NewId(const char* prefix) {
+  std::lock_guard<std::mutex> lock(rng_mu_);
+  static const char* kHex = "0123456789abcdef";
+  std::string id = prefix;
+  uint64_t a = rng_(), b = rng_();
+  for (int i = 0; i < 16; ++i) id += kHex[(a >> (4 * i)) & 15];
+  for (int i = 0; i < 8; ++i) id += kHex[(b >> (4 * i)) & 15];
+  return id;
+}
+
+json OpenAIServing::ModelsJson() const {
+  return json{{"object", "list"},
+              {"data", json::array({json{{"id", config_.model_name},
+                                         {"object", "model"},
+                                         {"created", 0},
+                                         {"owned_by", "moestream"},
+                                         {"max_model_len", config_.max_context}}})}};
+}
+
+std::optional<ApiError> OpenAIServing::Admit(PreparedRequest* req, const std::string& key) {
+  const int64_t n = static_cast<int64_t>(req->prompt.size());
+  if (n == 0) return BadRequest("the prompt is empty", req->chat ? "messages" : "prompt");
+  for (int32_t id : req->prompt) {
+    if (id < 0 || id >= codec_->vocab_size()) {
+      return BadRequest(absl::StrCat("token id ", id, " is outside the vocabulary (0..", codec_->vocab_size() - 1, ")"),
+                        "prompt");
+    }
+  }
+  if (n >= config_.max_context) {
+    return BadRequest(absl::StrCat("This model's maximum context length is ", config_.max_context,
+                                   " tokens, but the prompt has ", n, " tokens; the prompt is never truncated"),
+                      req->chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+  if (req->common.max_tokens > 0) {
+    if (n + req->common.max_tokens > config_.max_context) {
+      return BadRequest(absl::StrCat("This model's maximum context length is ", config_.max_context,
+                                     " tokens; the prompt has ", n, " tokens and max_tokens asks for ",
+                                     req->common.max_tokens, " more (", n + req->common.max_tokens, " in all)"),
+                        "max_tokens", "context_length_exceeded");
+    }
+    req->max_tokens = req->common.max_tokens;
+  } else {
+    req->max_tokens = static_cast<int32_t>(config_.max_context - n);
+  }
+  req->start = Clock::now();
+  req->meta.created = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  req->meta.model = config_.model_name;
+  req->meta.id = NewId(req->chat ? "chatcmpl-" : "cmpl-");
+  auto admitted = admission_->Admit(key);
+  if (auto* e = std::get_if<ApiError>(&admitted)) return *e;
+  req->ticket = std::move(std::get<std::unique_ptr<AdmissionController::Ticket>>(admitted));
+  return std::nullopt;
+}
+
+std::variant<std::unique_ptr<PreparedRequest>, ApiError> OpenAIServing::PrepareChat(std::string_view body,
+                                                                                    const std::string& key) {
+  auto req = std::make_unique<PreparedRequest>();
+  req->chat = true;
+  if (auto e = ParseChatRequest(body, limits(), &req->chat_request)) return *e;
+  req->common = req->chat_request.common;
+  auto ids = codec_->EncodeChat(req->chat_request);
+  if (!ids.ok()) return FromStatus(ids.status());
+  req->prompt = std::move(*ids);
+  if (auto e = Admit(req.get(), key)) return *e;
+  return req;
+}
+
+std::variant<std::unique_ptr<PreparedRequest>, ApiError> OpenAIServing::PrepareCompletion(std::string_view body,
+                                                                                          const std::string& key) {
+  auto req = std::make_unique<PreparedRequest>();
+  req->chat = false;
+  if (auto e = ParseCompletionRequest(body, limits(), &req->completion_request)) return *e;
+  req->common = req->completion_request.common;
+  if (req->completion_request.prompt_is_tokens) {
+    req->prompt = req->completion_request.prompt_tokens;
+  } else {
+    auto ids = codec_->Encode(req->completion_request.prompt_text);
+    if (!ids.ok()) return FromStatus(ids.status());
+    req->prompt = std::move(*ids);
+  }
+  if (auto e = Admit(req.get(), key)) return *e;
+  return req;
+}
+
+// ---- generation ------------------------------------------------------------------
+
+struct OpenAIServing::Sink {
+  virtual ~Sink() = default;
+  // A piece of choice `index` (parsed delta + logprob entries of its tokens).
+  virtual bool Delta(int index, const OutputParser::Delta& d, std::vector<LogprobEntry>* lps) = 0;
+  virtual bool Finish(int index, const std::string& reason) = 0;
+};
+
+namespace {
+
+struct EventQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<int, SeqEvent>> events;
+  void Push(int i, SeqEvent ev) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      events.emplace_back(i, std::move(ev));
+    }
+    cv.notify_one();
+  }
+  bool Pop(std::pair<int, SeqEvent>* out, std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, wait, [&] { return !events.empty(); })) return false;
+    *out = std::move(events.front());
+    events.pop_front();
+    return true;
+  }
+};
+
+struct ChoiceState {
+  Utf8Assembler utf8;
+  std::unique_ptr<StopMatcher> stop;
+  std::unique_ptr<OutputParser> parser;
+  bool done = false;
+  bool tool_calls = false;
+  int32_t tokens = 0;
+  Clock::time_point last_token;
+};
+
+void Merge(OutputParser::Delta* into, OutputParser::Delta d) {
+  into->content += d.content;
+  into->reasoning += d.reasoning;
+  for (auto& c : d.tool_calls) into->tool_calls.push_back(std::move(c));
+}
+
+}  // namespace
+
+std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStream* io, Sink* sink, Usage* usage) {
+  auto gone = [io] { return io->Gone(); };
+  if (!req.ticket->WaitRunning(gone, config_.poll)) {
+    metrics_->AddCancelled();
+    return FromStatus(absl::CancelledError("client disconnected while queued"));
+  }
+  const int n = req.common.n;
+  const std::vector<int32_t> stop_ids = codec_->StopTokenIds();
+  auto q = std::make_shared<EventQueue>();
+  std::vector<ChoiceState> choices(n);
+  std::vector<std::unique_ptr<SeqHandle>> handles(n);
+  auto cancel_all = [&] {
+    for (auto& h : handles) {
+      if (h) h->Cancel();
+    }
+  };
+  for (int i = 0; i < n; ++i) {
+    choices[i].stop = std::make_unique<StopMatcher>(req.common.stop);
+    choices[i].parser = req.chat ? codec_->NewChatParser(req.chat_request) : std::make_unique<PlainOutputParser>();
+    GenerateParams p;
+    p.request_id = absl::StrCat(req.meta.id, "-", i);
+    p.prompt = req.prompt;
+    p.max_tokens = req.max_tokens;
+    p.sampling = req.common.sampling;
+    if (p.sampling.has_seed) p.sampling.seed += static_cast<uint64_t>(i);  // derived per choice
+    p.logprobs = req.common.logprobs;
+    p.stop_token_ids = stop_ids;
+    handles[i] = scheduler_->Start(std::move(p), [q, i](SeqEvent ev) { q->Push(i, std::move(ev)); });
+  }
+
+  usage->prompt_tokens = static_cast<int32_t>(req.prompt.size());
+  int remaining = n;
+  bool first_token = true;
+  std::optional<ApiError> error;
+  auto finish_choice = [&](int i, std::string reason, OutputParser::Delta tail) -> bool {
+    ChoiceState& cs = choices[i];
+    Merge(&tail, cs.parser->Finish());
+    if (!tail.tool_calls.empty()) cs.tool_calls = true;
+    cs.done = true;
+    --remaining;
+    usage->completion_tokens += cs.tokens;
+    if (cs.tool_calls && reason == "stop") reason = "tool_calls";
+    bool ok = true;
+    if (!tail.empty()) ok = sink->Delta(i, tail, nullptr);
+    return sink->Finish(i, reason) && ok;
+  };
+
+  while (remaining > 0) {
+    std::pair<int, SeqEvent> item;
+    if (!q->Pop(&item, config_.poll)) {
+      if (io->Gone()) {
+        error = FromStatus(absl::CancelledError("client disconnected"));
+        break;
+      }
+      continue;
+    }
+    const int i = item.first;
+    SeqEvent& ev = item.second;
+    ChoiceState& cs = choices[i];
+    if (cs.done) continue;  // late events of a choice we already ended (stop string)
+    if (ev.kind == SeqEvent::kToken) {
+      auto now = Clock::now();
+      if (first_token) {
+        metrics_->ObserveTtft(std::chrono::duration<double>(now - req.start).count());
+        first_token = false;
+      } else if (cs.tokens > 0) {
+        metrics_->ObserveItl(std::chrono::duration<double>(now - cs.last_token).count());
+      }
+      cs.last_token = now;
+      ++cs.tokens;
+      metrics_->AddTokens(1);
+      std::vector<LogprobEntry> lps;
+      if (req.common.logprobs >= 0) {
+        LogprobEntry e;
+        e.token = codec_->TokenBytes(ev.token);
+        e.logprob = ev.logprob;
+        for (const auto& t : ev.top) e.top.emplace_back(codec_->TokenBytes(t.id), t.logprob);
+        lps.push_back(std::move(e));
+      }
+      bool is_stop_token = std::find(stop_ids.begin(), stop_ids.end(), ev.token) != stop_ids.end();
+      std::string text = is_stop_token ? cs.utf8.Flush() : cs.utf8.Push(codec_->TokenBytes(ev.token));
+      StopMatcher::Result r = cs.stop->Push(text);
+      OutputParser::Delta d = cs.parser->Push(r.emit);
+      if (!d.tool_calls.empty()) cs.tool_calls = true;
+      bool ok = true;
+      if (!d.empty() || !lps.empty()) ok = sink->Delta(i, d, req.common.logprobs >= 0 ? &lps : nullptr);
+      if (r.stopped) {
+        handles[i]->Cancel();
+        metrics_->AddCancelled();
+        ok = finish_choice(i, "stop", {}) && ok;
+      }
+      if (!ok) {
+        error = FromStatus(absl::CancelledError("client disconnected"));
+        break;
+      }
+    } else if (ev.kind == SeqEvent::kFinish) {
+      if (ev.finish == FinishReason::kCancelled) {
+        error = FromStatus(absl::UnavailableError("the worker cancelled the sequence (shutting down?)"));
+        break;
+      }
+      usage->cached_tokens = std::max(usage->cached_tokens, ev.cached_prompt_tokens);
+      std::string text = cs.utf8.Flush();
+      StopMatcher::Result r = cs.stop->Push(text);
+      std::string tail = r.emit + (r.stopped ? "" : cs.stop->Flush());
+      OutputParser::Delta d = cs.parser->Push(tail);
+      std::string reason = r.stopped ? "stop" : FinishReasonName(ev.finish);
+      if (ev.completion_tokens > cs.tokens) cs.tokens = ev.completion_tokens;
+      if (!finish_choice(i, reason, std::move(d))) {
+        error = FromStatus(absl::CancelledError("client disconnected"));
+        break;
+      }
+    } else {
+      error = FromStatus(ev.status);
+      MOE_LOG(WARNING) << req.meta.id << " choice " << i << ": " << ev.status.ToString();
+      break;
+    }
+  }
+  if (error) {
+    cancel_all();
+    if (error->code == "cancelled") metrics_->AddCancelled();
+  }
+  handles.clear();  // joins: no event after this
+  return error;
+}
+
+HttpReply OpenAIServing::RunUnary(PreparedRequest& req, ClientStream* io) {
+  struct Collect final : Sink {
+    std::vector<ChoiceResult> choices;
+    bool Delta(int i, const OutputParser::Delta& d, std::vector<LogprobEntry>* lps) override {
+      ChoiceResult& c = choices[i];
+      c.text += d.content;
+      c.reasoning += d.reasoning;
+      for (const auto& t : d.tool_calls) {
+        if (c.tool_calls.is_null()) c.tool_calls = json::array();
+        c.tool_calls.push_back(t);
+      }
+      if (lps) {
+        c.has_logprobs = true;
+        for (auto& e : *lps) c.logprobs.push_back(std::move(e));
+      }
+      return true;
+    }
+    bool Finish(int i, const std::string& reason) override {
+      choices[i].finish_reason = reason;
+      return true;
+    }
+  } collect;
+  collect.choices.resize(req.common.n);
+  for (int i = 0; i < req.common.n; ++i) {
+    collect.choices[i].index = i;
+    collect.choices[i].has_logprobs = req.common.logprobs >= 0;
+  }
+  Usage usage;
+  if (auto e = Generate(req, io, &collect, &usage)) return ErrorReply(*e);
+  HttpReply r;
+  r.body = (req.chat ? ChatCompletionJson(req.meta, collect.choices, usage)
+                     : CompletionJson(req.meta, collect.choices, usage))
+               .dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+int OpenAIServing::RunStream(PreparedRequest& req, ClientStream* io) {
+  struct Stream final : Sink {
+    PreparedRequest* req = nullptr;
+    ClientStream* io = nullptr;
+    std::vector<bool> role_sent;
+    std::vector<size_t> text_offset;
+    bool Delta(int i, const OutputParser::Delta& d, std::vector<LogprobEntry>* lps) override {
+      const bool iu = req->common.include_usage;
+      std::string out;
+      if (req->chat) {
+        json delta = json::object();
+        if (!role_sent[i]) {
+          delta["role"] = "assistant";
+          role_sent[i] = true;
+        }
+        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.content.empty() || (d.reasoning.empty() && d.tool_calls.empty())) delta["content"] = d.content;
+        if (!d.tool_calls.empty()) delta["tool_calls"] = d.tool_calls;
+        out = SseData(ChatChunkJson(req->meta, i, delta, lps, "", iu));
+      } else {
+        out = SseData(CompletionChunkJson(req->meta, i, d.content, lps, text_offset[i], "", iu));
+        text_offset[i] += d.content.size();
+      }
+      return io->Write(out);
+    }
+    bool Finish(int i, const std::string& reason) override {
+      const bool iu = req->common.include_usage;
+      if (req->chat) {
+        json delta = json::object();
+        if (!role_sent[i]) {
+          delta["role"] = "assistant";
+          delta["content"] = "";
+          role_sent[i] = true;
+        }
+        return io->Write(SseData(ChatChunkJson(req->meta, i, delta, nullptr, reason, iu)));
+      }
+      return io->Write(SseData(CompletionChunkJson(req->meta, i, "", nullptr, text_offset[i], reason, iu)));
+    }
+  } stream;
+  stream.req = &req;
+  stream.io = io;
+  stream.role_sent.assign(req.common.n, false);
+  stream.text_offset.assign(req.common.n, 0);
+  Usage usage;
+  if (auto e = Generate(req, io, &stream, &usage)) {
+    if (e->code != "cancelled") {
+      io->Write(SseData(e->ToJson()));
+      io->Write(SseDone());
+    }
+    return e->http_status;
+  }
+  if (req.common.include_usage) io->Write(SseData(UsageChunkJson(req.meta, req.chat, usage)));
+  io->Write(SseDone());
+  return 200;
+}
+
+}  // namespace moe::gateway

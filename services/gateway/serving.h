@@ -1,0 +1,114 @@
+// Endpoint logic of the OpenAI API, free of HTTP: prepare (parse, validate,
+// tokenize, check the context, admit), then run (fan out n sequences,
+// detokenize, match stop strings, parse reasoning/tool calls, build the
+// response or stream SSE chunks). http_server.cc maps routes onto this.
+//
+// Policies (documented for users in docs/SERVING.md):
+//  - prompt_tokens >= max_context, or prompt_tokens + max_tokens > max_context:
+//    400 context_length_exceeded (never truncated). max_tokens omitted: fill
+//    the context (chat) / 16 (completions, OpenAI's default).
+//  - n > 1: n independent sequences, choice i gets seed + i when a seed is
+//    given (same request + seed -> same output), independent entropy otherwise.
+//  - stop strings are matched here, across token boundaries, on the text
+//    before reasoning/tool-call parsing; the matched choice is cancelled on
+//    its worker at once; the stop string never reaches the client.
+//  - client gone (ClientStream::Gone or a failed write): every sequence of
+//    the request is cancelled; the workers stop them within one step.
+// Thread safety: OpenAIServing is shared by all HTTP threads; each
+// PreparedRequest belongs to one thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "services/gateway/admission.h"
+#include "services/gateway/metrics.h"
+#include "services/gateway/protocol.h"
+#include "services/gateway/scheduler.h"
+#include "services/gateway/text_codec.h"
+
+namespace moe::gateway {
+
+struct ServingConfig {
+  std::string model_name = "moestream";
+  int64_t max_context = 4096;
+  std::chrono::milliseconds poll{10};  // client-gone check while waiting for tokens
+  int max_n = 16;
+};
+
+struct HttpReply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+HttpReply ErrorReply(const ApiError& e);
+
+// The client side of one request, as the logic sees it.
+class ClientStream {
+ public:
+  virtual ~ClientStream() = default;
+  virtual bool Write(std::string_view data) = 0;  // false: client gone
+  virtual bool Gone() = 0;                        // cheap; true once the client disconnected
+};
+
+struct PreparedRequest {
+  bool chat = true;
+  ChatRequest chat_request;
+  CompletionRequest completion_request;
+  CommonRequest common;
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 0;
+  ResponseMeta meta;
+  std::unique_ptr<AdmissionController::Ticket> ticket;
+  std::chrono::steady_clock::time_point start;
+};
+
+class OpenAIServing {
+ public:
+  OpenAIServing(ServingConfig config, const TextCodec* codec, Scheduler* scheduler, AdmissionController* admission,
+                Metrics* metrics);
+
+  const ServingConfig& config() const { return config_; }
+  ProtocolLimits limits() const;
+
+  std::variant<std::unique_ptr<PreparedRequest>, ApiError> PrepareChat(std::string_view body,
+                                                                       const std::string& key);
+  std::variant<std::unique_ptr<PreparedRequest>, ApiError> PrepareCompletion(std::string_view body,
+                                                                             const std::string& key);
+  // Non-streaming: runs to the end; `io` is only asked Gone().
+  HttpReply RunUnary(PreparedRequest& req, ClientStream* io);
+  // Streaming: writes SSE frames to `io` until [DONE] or the client is gone.
+  // Returns the HTTP status to account the request under (200, or the error's).
+  int RunStream(PreparedRequest& req, ClientStream* io);
+
+  nlohmann::json ModelsJson() const;
+
+ public:
+  struct Sink;  // receives deltas: collects (unary) or writes (stream)
+
+ private:
+  // Runs the sequences; returns an error when generation failed.
+  std::optional<ApiError> Generate(PreparedRequest& req, ClientStream* io, Sink* sink, Usage* usage);
+  std::optional<ApiError> Admit(PreparedRequest* req, const std::string& key);
+  std::string NewId(const char* prefix);
+
+  const ServingConfig config_;
+  const TextCodec* codec_;
+  Scheduler* scheduler_;
+  AdmissionController* admission_;
+  Metrics* metrics_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace moe::gateway

@@ -1,0 +1,80 @@
+// What the gateway needs from the text layer: tokenize prompts, render chat
+// requests through the model's chat template, turn generated token ids back
+// into bytes, and split assistant output into content / reasoning /
+// tool calls.
+//
+// The gateway owns all text handling: workers see token ids only. That keeps
+// stop strings, the incremental detokenizer and the reasoning/tool-call
+// parser in one process, next to the HTTP response they shape (a worker
+// stops a sequence the step after the gateway's Cancel).
+// Implementations: ByteCodec (byte-level, for test models) and the adapter
+// over common/text (the project tokenizer + GLM chat template).
+// Thread safety: implementations are immutable after construction; methods
+// are safe to call concurrently. OutputParser instances are per choice.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "services/gateway/protocol.h"
+
+namespace moe::gateway {
+
+// Incremental split of assistant text into what OpenAI calls content,
+// reasoning_content and tool_calls.
+class OutputParser {
+ public:
+  struct Delta {
+    std::string content;
+    std::string reasoning;
+    nlohmann::json tool_calls = nlohmann::json::array();  // complete calls, OpenAI shape, "index" set
+    bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
+  };
+  virtual ~OutputParser() = default;
+  virtual Delta Push(std::string_view text) = 0;
+  virtual Delta Finish() = 0;  // end of output: releases anything held
+};
+
+// Everything is content.
+class PlainOutputParser final : public OutputParser {
+ public:
+  Delta Push(std::string_view text) override {
+    Delta d;
+    d.content = std::string(text);
+    return d;
+  }
+  Delta Finish() override { return {}; }
+};
+
+class TextCodec {
+ public:
+  virtual ~TextCodec() = default;
+  virtual int32_t vocab_size() const = 0;
+  // Raw text (completions prompt), no special tokens added.
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
+  // The chat template applied to messages (+ tools), ending with the
+  // assistant generation prompt; InvalidArgument names the bad message.
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeChat(const ChatRequest& request) const = 0;
+  // Bytes of one token as it appears in the output (may be partial UTF-8).
+  virtual std::string TokenBytes(int32_t id) const = 0;
+  // Token ids that end generation (EOS, end-of-turn).
+  virtual std::vector<int32_t> StopTokenIds() const = 0;
+  virtual std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request) const = 0;
+};
+
+// Holds back an incomplete UTF-8 sequence at the end of the byte stream.
+class Utf8Assembler {
+ public:
+  std::string Push(std::string_view bytes);
+  std::string Flush();  // whatever is left (may be invalid UTF-8)
+
+ private:
+  std::string pending_;
+};
+
+}  // namespace moe::gateway

@@ -1,0 +1,104 @@
+// The gateway's view of one inference worker (an inferd process, or a test
+// double): start a sequence, stream its tokens, cancel it, ask its health.
+//
+// Contract (every implementation):
+//  - Generate() never blocks on generation: it returns a handle at once and
+//    delivers events to `sink` from its own thread, in order, one sequence at
+//    a time per handle: zero or more kToken events, then exactly ONE terminal
+//    event (kFinish or kError). No call to `sink` happens after the terminal
+//    event or after the handle's destructor has returned.
+//  - SeqHandle::Cancel() is idempotent and non-blocking; the worker stops the
+//    sequence within one decode step and the stream ends with kFinish
+//    (reason kCancelled) or kError(Cancelled).
+//  - kError carries a Status: Unavailable means the worker is unreachable
+//    (the scheduler takes it out of rotation and may retry elsewhere when no
+//    token has been delivered yet); other codes are final.
+// Thread safety: Worker methods may be called from any thread concurrently.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace moe::gateway {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;        // (0, 1]
+  int32_t top_k = 0;         // 0 = off
+  float min_p = 0.0f;        // [0, 1]
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  bool has_seed = false;
+  uint64_t seed = 0;
+};
+
+struct GenerateParams {
+  std::string request_id;  // unique per sequence (used by Cancel)
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;
+  SamplingParams sampling;
+  int32_t logprobs = -1;  // -1 none, 0 chosen token only, k > 0 also top-k alternatives
+  std::vector<int32_t> stop_token_ids;  // e.g. EOS; finish reason kStop
+};
+
+enum class FinishReason { kStop, kLength, kCancelled };
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct SeqEvent {
+  enum Kind { kToken, kFinish, kError } kind = kToken;
+  // kToken
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+  // kFinish
+  FinishReason finish = FinishReason::kStop;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+  // kError
+  absl::Status status;
+};
+
+using SeqSink = std::function<void(SeqEvent)>;
+
+class SeqHandle {
+ public:
+  virtual ~SeqHandle() = default;  // implementations cancel if still running and stop calling the sink
+  virtual void Cancel() = 0;
+};
+
+struct WorkerInfo {
+  std::string model;
+  int64_t max_context = 0;
+  int32_t active_sequences = 0;
+  int32_t max_sequences = 0;
+  double tokens_per_second = 0.0;
+  int64_t steps = 0;
+  // Cache figures reported by the worker (its expert store / expertd).
+  double expert_hit_rate = 0.0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t max_steps_after_cancel = 0;  // worker-side cancellation check (0 = always in time)
+  int64_t cancelled = 0;
+};
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  virtual const std::string& name() const = 0;
+  virtual std::unique_ptr<SeqHandle> Generate(GenerateParams params, SeqSink sink) = 0;
+  // Cheap liveness + figures; Unavailable when the worker cannot be reached.
+  virtual absl::StatusOr<WorkerInfo> Health() = 0;
+};
+
+}  // namespace moe::gateway

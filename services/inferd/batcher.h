@@ -1,0 +1,136 @@
+// Continuous batching over a SequenceModel: one thread runs steps; each step
+// takes every active sequence (decode: 1 token; prefill: a chunk, see
+// step_planner.h), runs one Forward over all of them, samples, and streams
+// each new token to its sequence's callback.
+//
+// Numbers: up to `max_sequences` (64) live sequences; a step feeds at most
+// `max_step_tokens` (512) tokens; prompts go in chunks of `prefill_chunk`
+// (128). Prefix KV states of finished sequences are kept up to
+// `prefix_cache_bytes` and reused by new prompts that share a prefix.
+//
+// Cancellation: Cancel(id) marks the sequence; the loop drops marked
+// sequences before planning each step, so a cancelled sequence takes part in
+// no step that starts after Cancel returned (Stats::max_steps_after_cancel
+// counts violations; a step already running when Cancel came is finished but
+// its token for that sequence is not delivered).
+// Callbacks run on the batcher thread, outside the lock; they must not block
+// (the gRPC service queues the output for its stream's thread). Every
+// accepted sequence gets exactly one callback with `finished` set.
+// Thread safety: Submit/Cancel/stats are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "services/inferd/prefix_cache.h"
+#include "services/inferd/sampler.h"
+#include "services/inferd/sequence_model.h"
+
+namespace moe::inferd {
+
+struct BatcherConfig {
+  int max_sequences = 64;
+  int64_t max_step_tokens = 512;
+  int64_t prefill_chunk = 128;
+  int64_t prefix_cache_bytes = int64_t{1} << 30;
+};
+
+struct SeqRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;
+  SampleParams sampling;
+  bool has_seed = false;
+  uint64_t seed = 0;
+  int32_t logprobs = -1;
+  std::vector<int32_t> stop_token_ids;
+};
+
+enum class EndReason { kStop, kLength, kCancelled, kError };
+
+struct SeqOutput {
+  std::vector<SampleResult> tokens;
+  bool finished = false;
+  EndReason reason = EndReason::kStop;
+  absl::Status error;  // kError
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+};
+
+using SeqCallback = std::function<void(SeqOutput)>;
+
+struct BatcherStats {
+  int64_t steps = 0;
+  int64_t decode_tokens = 0;
+  int64_t prefill_tokens = 0;
+  int64_t generated = 0;
+  double tokens_per_second = 0;
+  int active = 0;
+  int waiting = 0;  // prompt not fully fed yet
+  int64_t prefix_hit_tokens = 0;
+  int64_t prefix_lookups = 0;
+  int64_t cancelled = 0;
+  int64_t max_steps_after_cancel = 0;
+  int64_t max_batch_rows = 0;
+};
+
+class Batcher {
+ public:
+  Batcher(SequenceModel* model, BatcherConfig config);
+  ~Batcher();  // Shutdown()
+
+  // InvalidArgument for a bad request, ResourceExhausted when full,
+  // AlreadyExists for a live id, Unavailable after Shutdown.
+  absl::Status Submit(SeqRequest req, SeqCallback cb);
+  // true when the id was live.
+  bool Cancel(const std::string& id);
+  BatcherStats stats() const;
+  const BatcherConfig& config() const { return config_; }
+  // Stops the loop; live sequences finish as cancelled.
+  void Shutdown();
+
+ private:
+  struct Seq {
+    SeqRequest req;
+    SeqCallback cb;
+    std::unique_ptr<SeqState> state;
+    std::vector<int32_t> fed;  // tokens fed into state
+    int64_t prompt_fed = 0;
+    int64_t cached = 0;
+    std::vector<int32_t> generated;
+    std::unordered_map<int32_t, int32_t> counts;
+    int32_t pending = -1;  // sampled, not yet fed
+    Rng rng;
+    bool cancel = false;
+    int64_t steps_after_cancel = 0;
+  };
+  void Loop();
+  void EndSeq(Seq& s, EndReason why, absl::Status error, std::vector<std::pair<SeqCallback, SeqOutput>>* out);
+
+  SequenceModel* model_;
+  const BatcherConfig config_;
+  PrefixCache prefix_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Seq>> incoming_;
+  std::vector<std::unique_ptr<Seq>> active_;  // loop thread only (cancel flag under mu_)
+  std::map<std::string, Seq*> live_;          // id -> seq (incoming or active), under mu_
+  bool stop_ = false;
+  BatcherStats stats_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rate_window_;
+  std::thread thread_;
+};
+
+}  // namespace moe::inferd

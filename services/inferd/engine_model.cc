@@ -1,0 +1,67 @@
+#include "services/inferd/engine_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+
+namespace moe::inferd {
+
+namespace {
+
+class EngineState final : public SeqState {
+ public:
+  explicit EngineState(KvCache c) : cache(std::move(c)) {}
+  int64_t length() const override { return cache.length(); }
+  int64_t bytes() const override { return cache.Bytes(); }
+  KvCache cache;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EngineModel>> EngineModel::Open(const std::string& model_dir, const EngineConfig& cfg,
+                                                               int64_t max_context) {
+  auto m = std::unique_ptr<EngineModel>(new EngineModel());
+  MOE_ASSIGN_OR_RETURN(m->engine_, Engine::Open(model_dir, cfg));
+  const int64_t model_max = m->engine_->config().max_position_embeddings;
+  m->max_context_ = max_context > 0 ? std::min(max_context, model_max) : model_max;
+  if (m->max_context_ <= 1) {
+    return absl::InvalidArgumentError(absl::StrCat(model_dir, ": max_position_embeddings is ", model_max));
+  }
+  std::string dir = model_dir;
+  while (!dir.empty() && dir.back() == '/') dir.pop_back();
+  m->name_ = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
+  return m;
+}
+
+std::unique_ptr<SeqState> EngineModel::NewState() { return std::make_unique<EngineState>(engine_->NewCache()); }
+
+absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::Clone(const SeqState& state, int64_t n) {
+  const auto& src = static_cast<const EngineState&>(state);
+  if (n < 0 || n > src.length()) return absl::InvalidArgumentError("clone beyond the cached tokens");
+  KvCache copy = src.cache;
+  copy.Truncate(n);
+  if (static_cast<int64_t>(copy.tokens().size()) > n) copy.tokens().resize(n);
+  copy.set_pending_token(-1);
+  return std::make_unique<EngineState>(std::move(copy));
+}
+
+absl::Status EngineModel::Forward(std::span<Item> items) {
+  const int64_t V = vocab_size();
+  for (auto& it : items) {
+    auto* st = static_cast<EngineState*>(it.state);
+    MOE_ASSIGN_OR_RETURN(ForwardResult r, engine_->model().Forward(it.tokens, st->cache, /*all_rows=*/false));
+    if (it.logits) {
+      if (r.rows < 1 || static_cast<int64_t>(r.logits.size()) < V) {
+        return absl::InternalError("engine returned no logits row");
+      }
+      std::memcpy(it.logits, r.logits.data() + (r.rows - 1) * V, sizeof(float) * V);
+    }
+  }
+  return absl::OkStatus();
+}
+
+double EngineModel::expert_hit_rate() const { return engine_->experts().Stats().HitRate(); }
+
+}  // namespace moe::inferd

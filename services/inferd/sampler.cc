@@ -1,0 +1,99 @@
+#include "services/inferd/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace moe::inferd {
+
+SampleResult Sample(std::span<const float> logits, const SampleParams& p,
+                    const std::unordered_map<int32_t, int32_t>& counts, int32_t top_logprobs, Rng& rng) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  SampleResult r;
+  // Raw log-softmax for reporting.
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  double z = 0;
+  for (float v : logits) z += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(z);
+
+  std::vector<float> l(logits.begin(), logits.end());
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    for (const auto& [tok, n] : counts) {
+      if (tok >= 0 && tok < V && n > 0) l[tok] -= p.frequency_penalty * n + p.presence_penalty;
+    }
+  }
+  int32_t chosen = 0;
+  if (p.temperature <= 0.0f) {
+    chosen = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  } else {
+    const double inv_t = 1.0 / p.temperature;
+    double lm = -std::numeric_limits<double>::infinity();
+    for (float v : l) lm = std::max(lm, static_cast<double>(v));
+    std::vector<double> prob(V);
+    for (int64_t i = 0; i < V; ++i) prob[i] = std::exp((l[i] - lm) * inv_t);
+    std::vector<int32_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    int64_t keep = V;
+    const bool need_sort = (p.top_k > 0 && p.top_k < V) || p.top_p < 1.0f;
+    if (need_sort) {
+      // Stable order (prob desc, id asc) so ties resolve the same everywhere.
+      auto cmp = [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); };
+      if (p.top_p < 1.0f) {
+        std::sort(idx.begin(), idx.end(), cmp);
+      } else {
+        std::partial_sort(idx.begin(), idx.begin() + p.top_k, idx.end(), cmp);
+      }
+      if (p.top_k > 0 && p.top_k < keep) keep = p.top_k;
+      if (p.top_p < 1.0f) {
+        double total = 0;
+        for (int64_t i = 0; i < keep; ++i) total += prob[idx[i]];
+        double cum = 0;
+        int64_t k = 0;
+        while (k < keep) {
+          cum += prob[idx[k]];
+          ++k;
+          if (cum >= p.top_p * total) break;
+        }
+        keep = std::max<int64_t>(k, 1);
+      }
+    }
+    if (p.min_p > 0.0f) {
+      double pmax = 0;
+      for (int64_t i = 0; i < keep; ++i) pmax = std::max(pmax, prob[idx[i]]);
+      int64_t w = 0;
+      for (int64_t i = 0; i < keep; ++i) {
+        if (prob[idx[i]] >= p.min_p * pmax) idx[w++] = idx[i];
+      }
+      keep = std::max<int64_t>(w, 1);
+    }
+    double total = 0;
+    for (int64_t i = 0; i < keep; ++i) total += prob[idx[i]];
+    // 53-bit uniform in [0, 1) from the sequence's generator.
+    double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * total;
+    chosen = idx[keep - 1];
+    double cum = 0;
+    for (int64_t i = 0; i < keep; ++i) {
+      cum += prob[idx[i]];
+      if (u < cum) {
+        chosen = idx[i];
+        break;
+      }
+    }
+  }
+  r.token = chosen;
+  r.logprob = static_cast<float>(logits[chosen] - lse);
+  if (top_logprobs > 0) {
+    int64_t k = std::min<int64_t>(top_logprobs, V);
+    std::vector<int32_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int64_t i = 0; i < k; ++i) r.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - lse));
+  }
+  return r;
+}
+
+}  // namespace moe::inferd

@@ -1,0 +1,56 @@
+// What the inferd batcher needs from a model: per-sequence KV state, a
+// forward pass over a step's rows (several sequences, each a few tokens),
+// and a prefix copy of a state (prefix KV reuse).
+//
+// Contract:
+//  - Forward(items): for each item, feeds item.tokens at positions
+//    state.length() ... into item.state, and when item.logits is non-null
+//    writes the logits (vocab_size floats) of its LAST row there. A row's
+//    result never depends on the other items of the call (batch invariance,
+//    ARCHITECTURE invariant 1): the same sequence gives the same tokens alone
+//    or batched. An error fails the whole step (the batcher fails the step's
+//    sequences with it).
+//  - Clone(state, n): a new state holding the first n tokens of `state`
+//    (n <= state.length()); the source is not modified.
+// Thread safety: Forward/Clone are called from the batcher thread only;
+// Clone's source may be shared (read-only) by the prefix cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace moe::inferd {
+
+class SeqState {
+ public:
+  virtual ~SeqState() = default;
+  virtual int64_t length() const = 0;  // tokens fed so far
+  virtual int64_t bytes() const = 0;   // memory held (prefix cache budget)
+};
+
+class SequenceModel {
+ public:
+  struct Item {
+    SeqState* state = nullptr;
+    std::span<const int32_t> tokens;
+    float* logits = nullptr;  // vocab_size() floats, or null (no logits needed)
+  };
+
+  virtual ~SequenceModel() = default;
+  virtual std::string name() const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual int64_t max_context() const = 0;
+  virtual std::unique_ptr<SeqState> NewState() = 0;
+  virtual absl::StatusOr<std::unique_ptr<SeqState>> Clone(const SeqState& state, int64_t n) = 0;
+  virtual absl::Status Forward(std::span<Item> items) = 0;
+  // Expert cache hit rate of the model's expert source, or < 0 when unknown.
+  virtual double expert_hit_rate() const { return -1.0; }
+};
+
+}  // namespace moe::inferd

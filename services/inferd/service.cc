@@ -1,0 +1,217 @@
+#include "services/inferd/service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/config_file.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+
+namespace moe::inferd {
+
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+struct CallQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<SeqOutput> outs;
+};
+
+}  // namespace
+
+grpc::Status InferdService::Generate(grpc::ServerContext* ctx, const GenerateRequest* req,
+                                     grpc::ServerWriter<GenerateEvent>* writer) {
+  SeqRequest r;
+  r.id = req->request_id().empty() ? absl::StrCat("anon-", next_id_++) : req->request_id();
+  r.prompt.assign(req->prompt().begin(), req->prompt().end());
+  r.max_tokens = req->max_tokens();
+  const auto& sp = req->sampling();
+  r.sampling.temperature = sp.temperature();
+  r.sampling.top_p = sp.top_p() <= 0.0f ? 1.0f : sp.top_p();
+  r.sampling.top_k = sp.top_k();
+  r.sampling.min_p = sp.min_p();
+  r.sampling.presence_penalty = sp.presence_penalty();
+  r.sampling.frequency_penalty = sp.frequency_penalty();
+  r.has_seed = sp.has_seed();
+  r.seed = sp.seed();
+  r.logprobs = req->logprobs();
+  r.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
+  if (r.sampling.temperature < 0 || r.sampling.top_p > 1 || r.sampling.top_k < 0 || r.sampling.min_p < 0 ||
+      r.sampling.min_p > 1) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling parameters out of range");
+  }
+  const std::string id = r.id;
+  auto q = std::make_shared<CallQueue>();
+  absl::Status st = batcher_->Submit(std::move(r), [q](SeqOutput o) {
+    {
+      std::lock_guard<std::mutex> lock(q->mu);
+      q->outs.push_back(std::move(o));
+    }
+    q->cv.notify_one();
+  });
+  if (!st.ok()) return ToGrpc(st);
+  bool cancel_sent = false;
+  while (true) {
+    std::deque<SeqOutput> got;
+    {
+      std::unique_lock<std::mutex> lock(q->mu);
+      q->cv.wait_for(lock, std::chrono::milliseconds(2), [&] { return !q->outs.empty(); });
+      got.swap(q->outs);
+    }
+    if (!cancel_sent && ctx->IsCancelled()) {
+      batcher_->Cancel(id);
+      cancel_sent = true;
+    }
+    if (got.empty()) continue;
+    GenerateEvent ev;
+    const SeqOutput* fin = nullptr;
+    for (const auto& o : got) {
+      for (const auto& t : o.tokens) {
+        Token* tok = ev.add_tokens();
+        tok->set_id(t.token);
+        tok->set_logprob(t.logprob);
+        for (const auto& [id2, lp] : t.top) {
+          TopLogprob* tl = tok->add_top();
+          tl->set_token(id2);
+          tl->set_logprob(lp);
+        }
+      }
+      if (o.finished) fin = &o;
+    }
+    if (fin) {
+      if (fin->reason == EndReason::kError) return ToGrpc(fin->error);
+      auto* f = ev.mutable_finish();
+      f->set_reason(fin->reason == EndReason::kStop     ? ::moe::inferd::Finish::STOP
+                    : fin->reason == EndReason::kLength ? ::moe::inferd::Finish::LENGTH
+                                                     : ::moe::inferd::Finish::CANCELLED);
+      f->set_prompt_tokens(fin->prompt_tokens);
+      f->set_completion_tokens(fin->completion_tokens);
+      f->set_cached_prompt_tokens(fin->cached_prompt_tokens);
+      if (!cancel_sent || !ctx->IsCancelled()) writer->Write(ev);
+      return grpc::Status::OK;
+    }
+    if (!cancel_sent && !writer->Write(ev)) {
+      batcher_->Cancel(id);
+      cancel_sent = true;
+    }
+  }
+}
+
+grpc::Status InferdService::Cancel(grpc::ServerContext*, const CancelRequest* req, CancelReply* reply) {
+  reply->set_found(batcher_->Cancel(req->request_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status InferdService::Health(grpc::ServerContext*, const HealthRequest*, HealthReply* reply) {
+  auto s = batcher_->stats();
+  reply->set_model(model_->name());
+  reply->set_max_context(model_->max_context());
+  reply->set_vocab_size(model_->vocab_size());
+  reply->set_active_sequences(s.active);
+  reply->set_max_sequences(batcher_->config().max_sequences);
+  return grpc::Status::OK;
+}
+
+grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, StatsReply* reply) {
+  auto s = batcher_->stats();
+  reply->set_steps(s.steps);
+  reply->set_decode_tokens(s.decode_tokens);
+  reply->set_prefill_tokens(s.prefill_tokens);
+  reply->set_tokens_per_second(s.tokens_per_second);
+  reply->set_active_sequences(s.active);
+  reply->set_waiting_sequences(s.waiting);
+  reply->set_prefix_cache_hit_tokens(s.prefix_hit_tokens);
+  reply->set_prefix_cache_lookups(s.prefix_lookups);
+  reply->set_cancelled(s.cancelled);
+  reply->set_max_steps_after_cancel(s.max_steps_after_cancel);
+  reply->set_expert_hit_rate(std::max(0.0, model_->expert_hit_rate()));
+  reply->set_max_batch_rows(s.max_batch_rows);
+  return grpc::Status::OK;
+}
+
+int RunInferd(int argc, char** argv, ModelFactory& factory) {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string listen = "unix:/tmp/moestream-inferd.sock";
+  int64_t max_sequences = 64, max_step_tokens = 512, prefill_chunk = 128;
+  uint64_t prefix_cache_bytes = uint64_t{1} << 30;
+  std::string log_level = "info";
+  FlagSet flags("inferd", "Inference worker: continuous batching over one model, served over gRPC.");
+  flags.AddString("listen", &listen, "unix:/path or HOST:PORT (TCP binds only what is named)");
+  flags.AddInt("max-sequences", &max_sequences, "live sequences at most (more: RESOURCE_EXHAUSTED)");
+  flags.AddInt("max-step-tokens", &max_step_tokens, "tokens fed per step (decode rows + prefill chunks)");
+  flags.AddInt("prefill-chunk", &prefill_chunk, "largest prompt chunk per sequence per step");
+  flags.AddBytes("prefix-cache-bytes", &prefix_cache_bytes, "KV of finished sequences kept for prefix reuse");
+  flags.AddString("log-level", &log_level, "debug, info, warning, error");
+  factory.AddFlags(flags);
+  auto args = ArgsWithConfig(argc, argv, "inferd");
+  absl::Status st = args.ok() ? flags.Parse(*args) : args.status();
+  if (!st.ok()) {
+    std::cerr << "inferd: " << st.message() << "\n" << flags.Usage();
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage() << "  --config FILE: read the [inferd] section of FILE first\n";
+    return 0;
+  }
+  LogLevel lvl;
+  if (!ParseLogLevel(log_level, &lvl)) {
+    std::cerr << "inferd: --log-level: unknown level '" << log_level << "'\n";
+    return 2;
+  }
+  SetLogLevel(lvl);
+  if (max_sequences < 1 || max_step_tokens < 1 || prefill_chunk < 1) {
+    std::cerr << "inferd: --max-sequences, --max-step-tokens, --prefill-chunk must be >= 1\n";
+    return 2;
+  }
+  auto model = factory.Create();
+  if (!model.ok()) {
+    std::cerr << "inferd: " << model.status().message() << "\n";
+    return 1;
+  }
+  BatcherConfig bc;
+  bc.max_sequences = static_cast<int>(max_sequences);
+  bc.max_step_tokens = max_step_tokens;
+  bc.prefill_chunk = prefill_chunk;
+  bc.prefix_cache_bytes = static_cast<int64_t>(prefix_cache_bytes);
+  Batcher batcher(model->get(), bc);
+  InferdService service(&batcher, model->get());
+  if (listen.rfind("unix:", 0) == 0) ::unlink(listen.substr(5).c_str());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    std::cerr << "inferd: cannot listen on " << listen << "\n";
+    return 1;
+  }
+  MOE_LOG(INFO) << "inferd: model " << (*model)->name() << " (context " << (*model)->max_context() << ", vocab "
+                << (*model)->vocab_size() << ") serving on " << listen;
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  MOE_LOG(INFO) << "inferd: signal " << sig << ", shutting down";
+  batcher.Shutdown();  // live sequences end as CANCELLED; streams return
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (listen.rfind("unix:", 0) == 0) ::unlink(listen.substr(5).c_str());
+  MOE_LOG(INFO) << "inferd: stopped";
+  return 0;
+}
+
+}  // namespace moe::inferd

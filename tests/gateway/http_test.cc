@@ -1,0 +1,220 @@
+// The HTTP layer against fake workers: raw malformed input, status codes,
+// headers, SSE over a real socket, and cancellation on disconnect. All
+// traffic is on 127.0.0.1.
+#include "services/gateway/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "httplib.h"
+#include "services/gateway/byte_codec.h"
+#include "tests/gateway/fake_worker.h"
+
+namespace moe::gateway {
+namespace {
+
+using json = nlohmann::json;
+using testing::FakeWorker;
+
+struct Server {
+  Server(std::string script, int step_ms, AdmissionConfig ac, std::vector<std::string> keys = {},
+         size_t max_body = 1 << 16)
+      : admission(ac) {
+    fake = std::make_shared<FakeWorker>("w0", script, step_ms);
+    scheduler = std::make_unique<Scheduler>(std::vector<std::shared_ptr<Worker>>{fake}, SchedulerConfig{});
+    ServingConfig sc;
+    sc.model_name = "m";
+    sc.max_context = 1024;
+    serving = std::make_unique<OpenAIServing>(sc, &codec, scheduler.get(), &admission, &metrics);
+    api_keys = *ApiKeys::Load(keys, "");
+    HttpConfig hc;
+    hc.listen = "127.0.0.1:0";
+    hc.max_body_bytes = max_body;
+    hc.threads = 16;
+    http = std::make_unique<GatewayHttpServer>(hc, serving.get(), &api_keys, &admission, scheduler.get(), &metrics);
+    auto p = http->Bind();
+    EXPECT_TRUE(p.ok()) << p.status();
+    port = *p;
+    th = std::thread([this] { (void)http->Serve(); });
+  }
+  ~Server() {
+    http->Stop();
+    th.join();
+  }
+  httplib::Client Client() {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(10);
+    return c;
+  }
+  ByteCodec codec;
+  Metrics metrics;
+  AdmissionController admission;
+  std::shared_ptr<FakeWorker> fake;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<OpenAIServing> serving;
+  ApiKeys api_keys;
+  std::unique_ptr<GatewayHttpServer> http;
+  int port = 0;
+  std::thread th;
+};
+
+const std::string kChat = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0)";
+
+void ExpectError(const httplib::Result& r, int status, const std::string& code) {
+  ASSERT_TRUE(r) << "no response";
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r->body;
+  ASSERT_TRUE(j.contains("error")) << r->body;
+  for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(k)) << k;
+  if (!code.empty()) {
+    EXPECT_EQ(j["error"]["code"], code) << r->body;
+  }
+}
+
+TEST(GatewayHttp, ChatRoundTripModelsHealthMetrics) {
+  Server s("hello", 1, {});
+  auto c = s.Client();
+  auto r = c.Post("/v1/chat/completions", kChat + "}", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], "hello");
+  auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "m");
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto met = c.Get("/metrics");
+  ASSERT_TRUE(met);
+  for (const char* name : {"moe_time_to_first_token_seconds_bucket", "moe_inter_token_latency_seconds_bucket",
+                           "moe_queue_depth", "moe_worker_active_sequences", "moe_worker_tokens_per_second",
+                           "moe_requests_total"}) {
+    EXPECT_NE(met->body.find(name), std::string::npos) << name;
+  }
+}
+
+TEST(GatewayHttp, MalformedInputGetsShapedErrors) {
+  Server s("x", 1, {}, {}, /*max_body=*/4096);
+  auto c = s.Client();
+  ExpectError(c.Post("/v1/chat/completions", "{\"model\": ", "application/json"), 400, "invalid_json");
+  ExpectError(c.Post("/v1/chat/completions", "", "application/json"), 400, "invalid_json");
+  ExpectError(c.Post("/v1/chat/completions", "\xff\xfe", "application/json"), 400, "invalid_json");
+  ExpectError(c.Post("/v1/completions", R"({"model":"m","prompt":"a","n":0})", "application/json"), 400,
+              "invalid_value");
+  ExpectError(c.Post("/v1/completions", R"({"model":"zz","prompt":"a"})", "application/json"), 400,
+              "model_not_found");
+  ExpectError(c.Post("/v1/chat/completions", std::string(8000, ' '), "application/json"), 400, "body_too_large");
+  ExpectError(c.Get("/v2/nothing"), 404, "unknown_url");
+  ExpectError(c.Post("/v1/chat/completions", kChat + R"(,"response_format":{"type":"json_object"}})", "application/json"),
+              400, "unsupported_value");
+  // The server is still healthy afterwards.
+  auto r = c.Post("/v1/chat/completions", kChat + "}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(GatewayHttp, ApiKeysGive401) {
+  Server s("x", 1, {}, {"sk-1"});
+  auto c = s.Client();
+  ExpectError(c.Post("/v1/chat/completions", kChat + "}", "application/json"), 401, "invalid_api_key");
+  ExpectError(c.Get("/v1/models"), 401, "invalid_api_key");
+  httplib::Headers bad{{"Authorization", "Bearer sk-2"}};
+  ExpectError(c.Post("/v1/chat/completions", bad, kChat + "}", "application/json"), 401, "invalid_api_key");
+  httplib::Headers good{{"Authorization", "Bearer sk-1"}};
+  auto r = c.Post("/v1/chat/completions", good, kChat + "}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(c.Get("/health")->status, 200);  // health stays open
+}
+
+TEST(GatewayHttp, FullQueueIs503WithRetryAfterAndKeyLimitIs429) {
+  Server s(std::string(400, 'z'), 5, {/*max_running=*/1, /*max_queued=*/0, /*per_key_limit=*/1, 2}, {"k1", "k2"});
+  httplib::Headers k1{{"Authorization", "Bearer k1"}}, k2{{"Authorization", "Bearer k2"}};
+  std::thread slow([&] {
+    auto c = s.Client();
+    c.Post("/v1/chat/completions", k1, kChat + R"(,"max_tokens":100})", "application/json");
+  });
+  for (int i = 0; i < 200 && s.admission.running() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(s.admission.running(), 1);
+  auto c = s.Client();
+  auto r429 = c.Post("/v1/chat/completions", k1, kChat + "}", "application/json");
+  ExpectError(r429, 429, "concurrency_limit_exceeded");
+  auto r503 = c.Post("/v1/chat/completions", k2, kChat + "}", "application/json");
+  ExpectError(r503, 503, "server_overloaded");
+  EXPECT_EQ(r503->get_header_value("Retry-After"), "2");
+  slow.join();
+}
+
+// Raw socket client: sends one streaming request, reads until it has seen
+// `events` SSE data lines, returns the bytes read; keeps the socket open.
+int OpenStream(int port, const std::string& body, int events, std::string* got) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
+  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    "Content-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body;
+  ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  char buf[4096];
+  size_t seen = 0;
+  while (true) {
+    size_t count = 0;
+    for (size_t p = got->find("data: "); p != std::string::npos; p = got->find("data: ", p + 1)) ++count;
+    if (static_cast<int>(count) >= events || got->find("[DONE]") != std::string::npos) break;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got->append(buf, n);
+    seen += n;
+  }
+  return fd;
+}
+
+TEST(GatewayHttp, StreamingOverTheWireEndsWithDone) {
+  Server s("abcdef", 1, {});
+  std::string got;
+  int fd = OpenStream(s.port, kChat + R"(,"stream":true})", 1000, &got);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_NE(got.find("Content-Type: text/event-stream"), std::string::npos);
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
+}
+
+TEST(GatewayHttp, DisconnectCancelsWithinAStep) {
+  const int step_ms = 20;
+  Server s(std::string(2000, 'z'), step_ms, {});
+  std::string got;
+  int fd = OpenStream(s.port, kChat + R"(,"stream":true,"max_tokens":900})", 3, &got);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  int at_close = s.fake->tokens_emitted.load();
+  for (int i = 0; i < 500 && s.fake->cancels.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(s.fake->cancels.load(), 1);
+  int steps_after = s.fake->tokens_emitted.load() - at_close;
+  // Poll period 10 ms < one 20 ms step: the worker sees the cancel at its next step.
+  EXPECT_LE(steps_after, 1) << "tokens generated after the client left";
+  EXPECT_EQ(s.fake->finished.load(), 0);
+}
+
+TEST(GatewayHttp, DisconnectCancelsANonStreamingRequestToo) {
+  Server s(std::string(2000, 'z'), 20, {});
+  std::string got;
+  int fd = OpenStream(s.port, kChat + R"(,"max_tokens":900})", 0, &got);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 500 && s.fake->started.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ::close(fd);
+  for (int i = 0; i < 500 && s.fake->cancels.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(s.fake->cancels.load(), 1);
+  EXPECT_EQ(s.fake->finished.load(), 0);
+}
+
+}  // namespace
+}  // namespace moe::gateway

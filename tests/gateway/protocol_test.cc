@@ -1,0 +1,238 @@
+#include "services/gateway/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace moe::gateway {
+namespace {
+
+ProtocolLimits Limits() {
+  ProtocolLimits l;
+  l.model_names = {"m"};
+  return l;
+}
+
+std::optional<ApiError> Chat(const std::string& body, ChatRequest* out = nullptr) {
+  ChatRequest r;
+  return ParseChatRequest(body, Limits(), out ? out : &r);
+}
+std::optional<ApiError> Comp(const std::string& body, CompletionRequest* out = nullptr) {
+  CompletionRequest r;
+  return ParseCompletionRequest(body, Limits(), out ? out : &r);
+}
+
+const char* kMsgs = R"("messages":[{"role":"user","content":"hi"}])";
+std::string ChatWith(const std::string& extra) {
+  return std::string("{\"model\":\"m\",") + kMsgs + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+struct Case {
+  std::string body;
+  std::string param;
+  std::string code;
+};
+
+TEST(GatewayProtocol, ValidChatParsesEveryField) {
+  ChatRequest r;
+  auto e = Chat(ChatWith(R"("max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.1,"seed":-3,"n":2,)"
+                         R"("stop":["a","bc"],"presence_penalty":1,"frequency_penalty":-1,"logprobs":true,)"
+                         R"("top_logprobs":3,"stream":true,"stream_options":{"include_usage":true},"user":"u")"),
+                &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.common.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.common.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.common.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.common.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.common.sampling.min_p, 0.1f);
+  EXPECT_TRUE(r.common.sampling.has_seed);
+  EXPECT_EQ(static_cast<int64_t>(r.common.sampling.seed), -3);
+  EXPECT_EQ(r.common.n, 2);
+  EXPECT_EQ(r.common.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(r.common.logprobs, 3);
+  EXPECT_TRUE(r.common.stream);
+  EXPECT_TRUE(r.common.include_usage);
+  EXPECT_EQ(r.common.user, "u");
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].content, "hi");
+}
+
+TEST(GatewayProtocol, MaxCompletionTokensAndContentParts) {
+  ChatRequest r;
+  auto e = Chat(R"({"model":"m","max_completion_tokens":5,"messages":[{"role":"system","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},)"
+                R"({"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},)"
+                R"({"role":"tool","tool_call_id":"c","content":"42"}],)"
+                R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+                &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.common.max_tokens, 5);
+  EXPECT_EQ(r.messages[0].content, "ab");
+  EXPECT_TRUE(r.messages[1].tool_calls.is_array());
+  EXPECT_EQ(r.messages[2].tool_call_id, "c");
+  EXPECT_EQ(r.tool_choice, "f");
+  EXPECT_TRUE(r.tool_choice_named);
+}
+
+TEST(GatewayProtocol, EveryChatErrorIsA400NamingTheField) {
+  const std::vector<Case> cases = {
+      {"not json", "", "invalid_json"},
+      {"[1,2]", "", "invalid_json"},
+      {R"({"messages":[{"role":"user","content":"x"}]})", "model", "missing_required_parameter"},
+      {R"({"model":5,"messages":[{"role":"user","content":"x"}]})", "model", "invalid_type"},
+      {R"({"model":"other","messages":[{"role":"user","content":"x"}]})", "model", "model_not_found"},
+      {R"({"model":"m"})", "messages", "missing_required_parameter"},
+      {R"({"model":"m","messages":{}})", "messages", "invalid_type"},
+      {R"({"model":"m","messages":[]})", "messages", "invalid_value"},
+      {R"({"model":"m","messages":[3]})", "messages[0]", "invalid_type"},
+      {R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role", "missing_required_parameter"},
+      {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role", "invalid_value"},
+      {R"({"model":"m","messages":[{"role":"user","content":7}]})", "messages[0].content", "invalid_type"},
+      {R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content", "missing_required_parameter"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type",
+       "unsupported_value"},
+      {R"({"model":"m","messages":[{"role":"assistant","content":null}]})", "messages[0].content",
+       "missing_required_parameter"},
+      {R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id",
+       "missing_required_parameter"},
+      {ChatWith(R"("max_tokens":0)"), "max_tokens", "invalid_value"},
+      {ChatWith(R"("max_tokens":-5)"), "max_tokens", "invalid_value"},
+      {ChatWith(R"("max_tokens":2.5)"), "max_tokens", "invalid_type"},
+      {ChatWith(R"("max_tokens":"10")"), "max_tokens", "invalid_type"},
+      {ChatWith(R"("max_completion_tokens":0)"), "max_completion_tokens", "invalid_value"},
+      {ChatWith(R"("temperature":2.5)"), "temperature", "invalid_value"},
+      {ChatWith(R"("temperature":-0.1)"), "temperature", "invalid_value"},
+      {ChatWith(R"("temperature":"hot")"), "temperature", "invalid_type"},
+      {ChatWith(R"("top_p":0)"), "top_p", "invalid_value"},
+      {ChatWith(R"("top_p":1.5)"), "top_p", "invalid_value"},
+      {ChatWith(R"("top_k":-2)"), "top_k", "invalid_value"},
+      {ChatWith(R"("min_p":1.5)"), "min_p", "invalid_value"},
+      {ChatWith(R"("presence_penalty":3)"), "presence_penalty", "invalid_value"},
+      {ChatWith(R"("frequency_penalty":-3)"), "frequency_penalty", "invalid_value"},
+      {ChatWith(R"("seed":"x")"), "seed", "invalid_type"},
+      {ChatWith(R"("n":0)"), "n", "invalid_value"},
+      {ChatWith(R"("n":17)"), "n", "invalid_value"},
+      {ChatWith(R"("n":"2")"), "n", "invalid_type"},
+      {ChatWith(R"("stop":5)"), "stop", "invalid_type"},
+      {ChatWith(R"("stop":"")"), "stop", "invalid_value"},
+      {ChatWith(R"("stop":["a",3])"), "stop[1]", "invalid_type"},
+      {ChatWith(R"("stop":["a",""])"), "stop[1]", "invalid_value"},
+      {ChatWith(R"("stop":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"])"), "stop",
+       "invalid_value"},
+      {ChatWith(R"("stream":"yes")"), "stream", "invalid_type"},
+      {ChatWith(R"("stream_options":{"include_usage":true})"), "stream_options", "invalid_value"},
+      {ChatWith(R"("stream":true,"stream_options":{"include_usage":1})"), "stream_options.include_usage",
+       "invalid_type"},
+      {ChatWith(R"("logprobs":1)"), "logprobs", "invalid_type"},
+      {ChatWith(R"("top_logprobs":2)"), "top_logprobs", "invalid_value"},
+      {ChatWith(R"("logprobs":true,"top_logprobs":21)"), "top_logprobs", "invalid_value"},
+      {ChatWith(R"("user":1)"), "user", "invalid_type"},
+      {ChatWith(R"("response_format":{"type":"json_object"})"), "response_format", "unsupported_value"},
+      {ChatWith(R"("response_format":{"type":"json_schema","json_schema":{}})"), "response_format",
+       "unsupported_value"},
+      {ChatWith(R"("response_format":{"type":"yaml"})"), "response_format.type", "invalid_value"},
+      {ChatWith(R"("response_format":"json")"), "response_format", "invalid_type"},
+      {ChatWith(R"("logit_bias":{"5":1})"), "logit_bias", "unsupported_parameter"},
+      {ChatWith(R"("tools":{})"), "tools", "invalid_type"},
+      {ChatWith(R"("tools":[{"type":"retrieval"}])"), "tools[0].type", "invalid_value"},
+      {ChatWith(R"("tools":[{"type":"function","function":{"name":""}}])"), "tools[0].function.name", "invalid_type"},
+      {ChatWith(R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])"),
+       "tools[0].function.parameters", "invalid_type"},
+      {ChatWith(R"("tool_choice":"auto")"), "tool_choice", "invalid_value"},
+      {ChatWith(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes")"), "tool_choice",
+       "invalid_value"},
+      {ChatWith(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
+       "tool_choice.function.name", "invalid_value"},
+      {ChatWith(R"("parallel_tool_calls":"no")"), "parallel_tool_calls", "invalid_type"},
+  };
+  for (const auto& c : cases) {
+    auto e = Chat(c.body);
+    ASSERT_TRUE(e.has_value()) << c.body;
+    EXPECT_EQ(e->http_status, 400) << c.body;
+    EXPECT_EQ(e->type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e->param, c.param) << c.body << " -> " << e->message;
+    EXPECT_EQ(e->code, c.code) << c.body << " -> " << e->message;
+    EXPECT_FALSE(e->message.empty());
+    auto j = e->ToJson();
+    ASSERT_TRUE(j.contains("error"));
+    for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(k)) << k;
+  }
+}
+
+TEST(GatewayProtocol, ResponseFormatMessageSaysWhy) {
+  auto e = Chat(ChatWith(R"("response_format":{"type":"json_object"})"));
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("not supported until constrained decoding"), std::string::npos);
+}
+
+TEST(GatewayProtocol, CompletionPromptForms) {
+  CompletionRequest r;
+  ASSERT_FALSE(Comp(R"({"model":"m","prompt":"abc"})", &r));
+  EXPECT_EQ(r.prompt_text, "abc");
+  EXPECT_EQ(r.common.max_tokens, 16);
+  CompletionRequest r2;
+  ASSERT_FALSE(Comp(R"({"model":"m","prompt":[1,2,3],"logprobs":2,"max_tokens":4})", &r2));
+  EXPECT_TRUE(r2.prompt_is_tokens);
+  EXPECT_EQ(r2.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r2.common.logprobs, 2);
+  CompletionRequest r3;
+  ASSERT_FALSE(Comp(R"({"model":"m","prompt":[[4,5]]})", &r3));
+  EXPECT_EQ(r3.prompt_tokens, (std::vector<int32_t>{4, 5}));
+  CompletionRequest r4;
+  ASSERT_FALSE(Comp(R"({"model":"m","prompt":["x"],"best_of":1})", &r4));
+  EXPECT_EQ(r4.prompt_text, "x");
+}
+
+TEST(GatewayProtocol, EveryCompletionErrorIsA400) {
+  const std::vector<Case> cases = {
+      {R"({"model":"m"})", "prompt", "missing_required_parameter"},
+      {R"({"model":"m","prompt":5})", "prompt", "invalid_type"},
+      {R"({"model":"m","prompt":[]})", "prompt", "invalid_value"},
+      {R"({"model":"m","prompt":["a","b"]})", "prompt", "unsupported_value"},
+      {R"({"model":"m","prompt":[1,-2]})", "prompt[1]", "invalid_type"},
+      {R"({"model":"m","prompt":[1,"x"]})", "prompt[1]", "invalid_type"},
+      {R"({"model":"m","prompt":"a","logprobs":6})", "logprobs", "invalid_value"},
+      {R"({"model":"m","prompt":"a","logprobs":true})", "logprobs", "invalid_type"},
+      {R"({"model":"m","prompt":"a","echo":true})", "echo", "unsupported_parameter"},
+      {R"({"model":"m","prompt":"a","suffix":"z"})", "suffix", "unsupported_parameter"},
+      {R"({"model":"m","prompt":"a","best_of":3})", "best_of", "unsupported_value"},
+      {R"({"model":"x","prompt":"a"})", "model", "model_not_found"},
+      {R"({"model":"m","prompt":"a","max_tokens":0})", "max_tokens", "invalid_value"},
+  };
+  for (const auto& c : cases) {
+    auto e = Comp(c.body);
+    ASSERT_TRUE(e.has_value()) << c.body;
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, c.param) << c.body << " -> " << e->message;
+    EXPECT_EQ(e->code, c.code) << c.body << " -> " << e->message;
+  }
+}
+
+TEST(GatewayProtocol, ResponseJsonShapes) {
+  ResponseMeta meta{"chatcmpl-1", 123, "m"};
+  ChoiceResult c;
+  c.text = "hi";
+  c.finish_reason = "stop";
+  c.has_logprobs = true;
+  c.logprobs.push_back({"h", -0.5f, {{"h", -0.5f}, {"x", -2.0f}}});
+  Usage u{3, 2, 0};
+  auto j = ChatCompletionJson(meta, {c}, u);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["bytes"][0], 'h');
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
+  auto k = CompletionJson(meta, {c}, u);
+  EXPECT_EQ(k["object"], "text_completion");
+  EXPECT_EQ(k["choices"][0]["logprobs"]["tokens"][0], "h");
+  EXPECT_EQ(k["choices"][0]["logprobs"]["top_logprobs"][0]["x"], -2.0);
+  // Partial UTF-8 never breaks the JSON.
+  ChoiceResult bad;
+  bad.text = std::string("a\xE2\x82", 3);
+  bad.finish_reason = "length";
+  EXPECT_NO_THROW(ChatCompletionJson(meta, {bad}, u).dump());
+  auto chunk = ChatChunkJson(meta, 0, {{"content", "x"}}, nullptr, "", true);
+  EXPECT_TRUE(chunk["usage"].is_null());
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(UsageChunkJson(meta, true, u)["choices"].size(), 0u);
+}
+
+}  // namespace
+}  // namespace moe::gateway

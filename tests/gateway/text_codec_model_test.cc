@@ -1,0 +1,100 @@
+// The gateway's TextCodec over the project tokenizer + GLM template
+// (tests/data/text/glm_tiny): chat rendering with tools, the tool result fed
+// back through the template, streaming reasoning/tool-call parsing into the
+// OpenAI shape, stop ids, and token bytes.
+#include "services/gateway/text_codec_model.h"
+
+#include <gtest/gtest.h>
+
+namespace moe::gateway {
+namespace {
+
+std::unique_ptr<ModelTextCodec> Codec() {
+  auto c = ModelTextCodec::Load(std::string(MOE_SOURCE_DIR) + "/tests/data/text/glm_tiny");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+ChatRequest Parse(const std::string& body) {
+  ChatRequest r;
+  ProtocolLimits l;
+  l.model_names = {"m"};
+  auto e = ParseChatRequest(body, l, &r);
+  EXPECT_FALSE(e) << e->message;
+  return r;
+}
+
+const char* kTools = R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])";
+
+TEST(GatewayModelCodec, RendersGlmChatWithToolsAndToolResults) {
+  auto c = Codec();
+  ASSERT_TRUE(c);
+  auto req = Parse(std::string(R"({"model":"m","messages":[{"role":"system","content":"be brief"},)") +
+                   R"({"role":"user","content":"Weather in Paris?"}],)" + kTools + "}");
+  auto prompt = c->Render(req);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_NE(prompt->find("get_weather"), std::string::npos);
+  EXPECT_NE(prompt->find("Weather in Paris?"), std::string::npos);
+  EXPECT_EQ(prompt->substr(prompt->size() - 20), "<|assistant|><think>");
+  auto ids = c->EncodeChat(req);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_FALSE(ids->empty());
+  // The tool call and its result go back through the template.
+  auto req2 = Parse(std::string(R"({"model":"m","messages":[{"role":"user","content":"Weather in Paris?"},)") +
+                    R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_0","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},)" +
+                    R"({"role":"tool","tool_call_id":"call_0","content":"sunny"}],)" + kTools + "}");
+  auto p2 = c->Render(req2);
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  EXPECT_NE(p2->find("<tool_call>get_weather"), std::string::npos);
+  EXPECT_NE(p2->find("<arg_key>city</arg_key>"), std::string::npos);
+  EXPECT_NE(p2->find("<|observation|>"), std::string::npos);
+  EXPECT_NE(p2->find("sunny"), std::string::npos);
+  // Bad tool-call arguments are a clear error.
+  auto bad = Parse(R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function","function":{"name":"f","arguments":"{not json"}}]}]})");
+  auto pb = c->EncodeChat(bad);
+  ASSERT_FALSE(pb.ok());
+  EXPECT_NE(std::string(pb.status().message()).find("not valid JSON"), std::string::npos);
+}
+
+TEST(GatewayModelCodec, ParsesReasoningAndToolCallsWhileStreaming) {
+  auto c = Codec();
+  ASSERT_TRUE(c);
+  auto req = Parse(std::string(R"({"model":"m","messages":[{"role":"user","content":"x"}],)") + kTools + "}");
+  auto p = c->NewChatParser(req);
+  const std::string out =
+      "Let me check.</think>Sure.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>";
+  OutputParser::Delta all;
+  for (size_t i = 0; i < out.size(); i += 3) {  // split inside tags
+    auto d = p->Push(out.substr(i, 3));
+    all.content += d.content;
+    all.reasoning += d.reasoning;
+    for (auto& t : d.tool_calls) all.tool_calls.push_back(t);
+  }
+  auto d = p->Finish();
+  all.content += d.content;
+  all.reasoning += d.reasoning;
+  for (auto& t : d.tool_calls) all.tool_calls.push_back(t);
+  EXPECT_EQ(all.reasoning, "Let me check.");
+  EXPECT_EQ(all.content, "Sure.");
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(nlohmann::json::parse(all.tool_calls[0]["function"]["arguments"].get<std::string>()),
+            nlohmann::json({{"city", "Paris"}}));
+}
+
+TEST(GatewayModelCodec, StopIdsAndTokenBytes) {
+  auto c = Codec();
+  ASSERT_TRUE(c);
+  auto stops = c->StopTokenIds();
+  EXPECT_FALSE(stops.empty());
+  auto ids = c->Encode("hello world");
+  ASSERT_TRUE(ids.ok());
+  std::string text;
+  for (int32_t id : *ids) text += c->TokenBytes(id);
+  EXPECT_NE(text.find("hello world"), std::string::npos);
+  for (int32_t s : stops) EXPECT_EQ(c->TokenBytes(s), "");  // special tokens render as nothing
+  EXPECT_FALSE(ModelTextCodec::Load("/nonexistent").ok());
+}
+
+}  // namespace
+}  // namespace moe::gateway

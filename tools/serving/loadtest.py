@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Bounded load test of the serving stack: C concurrent streaming clients,
+each making R requests (completions and chat, alternating), against a local
+stack it starts itself (toy test model workers + gateway) or an existing
+gateway on loopback (--url). Every answer is checked against the text the
+toy model must produce for that exact prompt, so a lost, truncated or
+mixed-up stream counts as an error; 503s are counted as rejections.
+
+Reports throughput (generated tokens/s, requests/s) and p50/p99 of time to
+first token (TTFT) and inter-token latency (ITL).
+
+  tools/serving/loadtest.py --build build --workers 2 --clients 32 --requests 4
+Traffic: 127.0.0.1 only; the run is bounded by --deadline seconds.
+"""
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(__file__))
+from stack import Stack  # noqa: E402
+
+SCRIPT = "The quick brown fox jumps over the lazy dog."
+
+
+def pct(xs, p):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(p / 100.0 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def one_request(host, port, i, j, max_tokens, deadline):
+    """Returns (status, ttft, [itl...], tokens, ok, detail)."""
+    k = (i * 7 + j) % 10
+    if j % 2 == 0:  # completions: position-based script from the prompt length
+        path = "/v1/completions"
+        body = {"model": "moestream", "prompt": "x" * (k + 1), "max_tokens": max_tokens, "temperature": 0,
+                "stream": True}
+        expect = SCRIPT[k + 1:k + 1 + max_tokens]
+        field = "text"
+    else:
+        path = "/v1/chat/completions"
+        n = 5 + k
+        body = {"model": "moestream", "messages": [{"role": "user", "content": f"client {i} request {j}"}],
+                "max_tokens": n, "temperature": 0, "stream": True}
+        expect = SCRIPT[:n]
+        field = "content"
+    conn = http.client.HTTPConnection(host, port, timeout=max(1.0, deadline - time.time()))
+    t0 = time.time()
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    if r.status != 200:
+        r.read()
+        conn.close()
+        return r.status, None, [], 0, r.status == 503, f"HTTP {r.status}"
+    text, ttft, last, itl, toks, done = "", None, None, [], 0, False
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:]
+        if data == b"[DONE]":
+            done = True
+            break
+        ev = json.loads(data)
+        if "error" in ev:
+            return 200, ttft, itl, toks, False, f"stream error {ev['error']}"
+        for c in ev.get("choices", []):
+            piece = c.get("text") if field == "text" else (c.get("delta") or {}).get("content")
+            if piece:
+                now = time.time()
+                if ttft is None:
+                    ttft = now - t0
+                else:
+                    itl.append(now - last)
+                last = now
+                toks += 1
+                text += piece
+    conn.close()
+    ok = done and text == expect
+    return 200, ttft, itl, toks, ok, "" if ok else f"got {text!r} want {expect!r} done={done}"
+
+
+def run(host, port, clients, requests, max_tokens, deadline_s):
+    deadline = time.time() + deadline_s
+    results, lock = [], threading.Lock()
+
+    def client(i):
+        for j in range(requests):
+            if time.time() > deadline:
+                with lock:
+                    results.append((0, None, [], 0, False, "deadline"))
+                return
+            try:
+                res = one_request(host, port, i, j, max_tokens, deadline)
+            except Exception as e:  # noqa: BLE001 -- report, do not hide
+                res = (0, None, [], 0, False, f"exception {e!r}")
+            with lock:
+                results.append(res)
+
+    t0 = time.time()
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.time()) + 5)
+    wall = time.time() - t0
+    ok = [r for r in results if r[0] == 200 and r[4]]
+    rejected = [r for r in results if r[0] == 503]
+    bad = [r for r in results if not (r[0] == 200 and r[4]) and r[0] != 503]
+    ttft = [r[1] for r in ok if r[1] is not None]
+    itl = [x for r in ok for x in r[2]]
+    tokens = sum(r[3] for r in ok)
+    return {
+        "clients": clients, "requests": clients * requests, "answered_ok": len(ok), "rejected_503": len(rejected),
+        "errors": len(bad), "error_samples": [r[5] for r in bad[:3]], "wall_s": round(wall, 3),
+        "tokens": tokens, "tokens_per_s": round(tokens / wall, 1), "requests_per_s": round(len(ok) / wall, 2),
+        "ttft_p50_ms": round(1000 * pct(ttft, 50), 1), "ttft_p99_ms": round(1000 * pct(ttft, 99), 1),
+        "itl_p50_ms": round(1000 * pct(itl, 50), 2), "itl_p99_ms": round(1000 * pct(itl, 99), 2),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--url", help="existing gateway on loopback (http://127.0.0.1:PORT); default: start a stack")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--requests", type=int, default=4, help="requests per client")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--deadline", type=float, default=120.0, help="seconds; the run stops by then")
+    ap.add_argument("--toy-step-us", type=int, default=2000, help="simulated step cost of the toy workers")
+    ap.add_argument("--toy-row-us", type=int, default=50, help="simulated cost per fed token")
+    a = ap.parse_args()
+    if not (1 <= a.clients <= 256 and 1 <= a.requests <= 100 and 1 <= a.max_tokens <= 33):
+        sys.exit("clients 1..256, requests 1..100, max-tokens 1..33 (the toy script is 44 bytes)")
+    stack = None
+    if a.url:
+        u = urllib.parse.urlparse(a.url)
+        if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+            sys.exit("--url must be a loopback address")
+        host, port = u.hostname, u.port
+    else:
+        stack = Stack(a.build, workers=a.workers,
+                      worker_args=[f"--toy-step-us={a.toy_step_us}", f"--toy-row-us={a.toy_row_us}"])
+        host, port = "127.0.0.1", stack.port
+    try:
+        res = run(host, port, a.clients, a.requests, a.max_tokens, a.deadline)
+    finally:
+        if stack:
+            stack.stop()
+    res["workers"] = a.workers if not a.url else None
+    print(json.dumps(res))
+    return 0 if res["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

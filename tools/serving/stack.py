@@ -1,0 +1,118 @@
+"""Starts and stops a local serving stack for tests and the load tool:
+N inferd workers (unix sockets in a temp dir) + one gateway on 127.0.0.1.
+
+All traffic stays on loopback / unix sockets. Every wait is bounded; every
+process started here is stopped (SIGTERM, then SIGKILL after a timeout) by
+Stack.stop(), which also runs at interpreter exit.
+"""
+import atexit
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+class Stack:
+    def __init__(self, build_dir, workers=2, worker_bin=None, worker_args=(), gateway_args=(),
+                 startup_timeout=30.0):
+        self.build_dir = build_dir
+        self.tmp = tempfile.mkdtemp(prefix="moe-serving-")
+        self.procs = []
+        self.logs = []
+        self.port = None
+        worker_bin = worker_bin or os.path.join(build_dir, "tests/inferd/inferd_toy")
+        socks = []
+        try:
+            for i in range(workers):
+                sock = os.path.join(self.tmp, f"inferd{i}.sock")
+                socks.append(sock)
+                self._spawn(f"inferd{i}", [worker_bin, f"--listen=unix:{sock}", *worker_args])
+            deadline = time.time() + startup_timeout
+            while not all(os.path.exists(s) for s in socks):
+                self._check_alive()
+                if time.time() > deadline:
+                    raise RuntimeError("workers did not create their sockets in time:\n" + self.log_tail())
+                time.sleep(0.05)
+            gw = [os.path.join(build_dir, "services/gateway/gateway"), "--listen=127.0.0.1:0",
+                  "--client-poll-ms=2", "--probe-ms=100", "--startup-wait-s=20"]
+            gw += [f"--worker=unix:{s}" for s in socks]
+            gw += list(gateway_args)
+            log = self._spawn("gateway", gw)
+            while self.port is None:
+                self._check_alive()
+                if time.time() > deadline:
+                    raise RuntimeError("gateway did not start in time:\n" + self.log_tail())
+                with open(log, errors="replace") as f:
+                    m = re.search(r"listening on 127\.0\.0\.1:0 \(port (\d+)\)", f.read())
+                if m:
+                    self.port = int(m.group(1))
+                else:
+                    time.sleep(0.05)
+        except Exception:
+            self.stop()
+            raise
+        atexit.register(self.stop)
+
+    @property
+    def base_url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def _spawn(self, name, argv):
+        log = os.path.join(self.tmp, f"{name}.log")
+        with open(log, "wb") as f:
+            p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((name, p))
+        self.logs.append(log)
+        return log
+
+    def _check_alive(self):
+        for name, p in self.procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with {p.returncode}:\n" + self.log_tail())
+
+    def log_tail(self, n=4000):
+        out = []
+        for log in self.logs:
+            try:
+                with open(log, errors="replace") as f:
+                    out.append(f"--- {os.path.basename(log)}\n" + f.read()[-n:])
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    def kill_worker(self, i):
+        name, p = self.procs[i]
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+
+    def metrics(self):
+        with urllib.request.urlopen(self.base_url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            key, _, val = line.rpartition(" ")
+            try:
+                out[key] = float(val)
+            except ValueError:
+                pass
+        return out
+
+    def stop(self):
+        # Gateway first (it cancels its streams), then the workers.
+        for name, p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for name, p in reversed(self.procs):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+        self.exit_codes = {name: p.returncode for name, p in self.procs}
+        self.procs = []
+        return self.exit_codes
