@@ -34,6 +34,9 @@ from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, GlmMoeDsaConf
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as mdsv3
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mglm
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy_ref  # noqa: E402  (NumPy-only second implementation, used as a robustness yardstick)
+
 SCHEMA = "moestream-oracle-v1"
 N_GREEDY = 32
 N_TF_EXTRA = 32  # teacher-forced sequence = prompt + 32 random ids
@@ -851,7 +854,27 @@ def robust(model, alt, spec, p, tail):
             return None
     if not gaps_ok(model, [p + toks]):
         return None
+    if not numpy_ok(model, spec, p, toks, tail):
+        return None
     return toks, margins
+
+
+def numpy_ok(model, spec, p, toks, tail):
+    """The engine's absorbed MLA path reassociates attention (no BF16 k_nope/v); numpy_ref's absorbed
+    forward with HF's BF16 rounding elsewhere (and, for the f32-robust models, fully in f32) must give
+    the same greedy tokens and the same teacher-forced argmax outside near-ties."""
+    lg = forward_logits(model, p + tail)
+    ref = torch.argmax(lg, -1).numpy()
+    top2 = torch.topk(lg, 2, -1).values
+    near = ((top2[:, 0] - top2[:, 1]) < NEAR_TIE).numpy()
+    for m in spec["numpy_models"]:
+        lg_np, _ = m.forward(p + toks[:-1])
+        if [int(t) for t in np.argmax(lg_np[len(p) - 1:], -1)] != toks:
+            return False
+        a = np.argmax(m.forward(p + tail)[0], -1)
+        if bool(((a != ref) & ~near).any()):
+            return False
+    return True
 
 
 def make_prompts(spec, model, alt):
@@ -892,9 +915,13 @@ def run_model(name, spec, outdir):
     model32 = load_model(d, spec, dtype=torch.float32)
 
     alt = (model32, NoCtx) if spec["robust_mode"] == "decisions" else (model, AttnF32)
+    spec["numpy_models"] = [numpy_ref.Model(d, "bf16", absorbed=True)]
+    if spec["robust_mode"] == "decisions":
+        spec["numpy_models"].append(numpy_ref.Model(d, "f32", absorbed=True))
     prompts, dbg_ids, tried = make_prompts(spec, model, alt)
     recs = []
     sanity = {"loaded_params_checked": n_checked, "prompt_candidates_tried": tried,
+              "numpy_ref_absorbed_yardsticks": ["bf16"] + (["f32"] if spec["robust_mode"] == "decisions" else []),
               "min_router_gap": MIN_ROUTER_GAP, "min_index_rel_gap": MIN_INDEX_REL_GAP,
               "prompt_acceptance": ("f32_" if spec["robust_mode"] == "decisions" else "attn_f32_") + spec["robust_mode"], "near_tie_margin": NEAR_TIE}
     all_tf_seqs = []

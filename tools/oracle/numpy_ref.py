@@ -90,11 +90,12 @@ BF16_MIN = float(np.float32(-3.3895313892515355e38))  # torch.finfo(torch.bfloat
 
 
 class Model:
-    def __init__(self, d, mode="f32"):
+    def __init__(self, d, mode="f32", absorbed=False):
         with open(os.path.join(d, "config.json")) as f:
             self.cfg = json.load(f)
         self.w = load_safetensors(os.path.join(d, "model.safetensors"))
         self.mode = mode
+        self.absorbed = absorbed
         self.rb = to_bf16 if mode == "bf16" else ident
         c = self.cfg
         self.arch = "glm" if c["model_type"] == "glm_moe_dsa" else "dsv3"
@@ -253,12 +254,27 @@ class Model:
                     raise ValueError(f"layer {l}: shared indexer layer without a preceding full layer")
                 sel = prev_sel
             allowed = allowed & sel
-        s = rb(rb(np.einsum("shd,thd->hst", Q, Kt)) * np.float32(self.scaling))
+        if not self.absorbed:
+            s = rb(rb(np.einsum("shd,thd->hst", Q, Kt)) * np.float32(self.scaling))
+        else:
+            # absorbed (latent) form, MODEL_SPEC §4.3: score = (q_nope W_UK) . c + q_pe . k_pe, never
+            # expanding per-head keys; values are applied after the softmax through W_UV.
+            Wkvb = self.w[p + "kv_b_proj.weight"].reshape(nh, dn + dv, self.rkv)
+            # the core (q_abs, scores, probabilities, latent output) stays f32: rounding q_abs or the
+            # latent output to BF16 changes greedy tokens on these goldens (see README)
+            q_abs = np.einsum("shd,hdr->shr", q[..., :dn], Wkvb[:, :dn, :])
+            s = np.einsum("shr,tr->hst", q_abs, c) + np.einsum("shd,td->hst", q_pe, k_pe)
+            s = s * np.float32(self.scaling)
         s = np.where(allowed[None], s, np.float32(BF16_MIN))
         s = s - s.max(-1, keepdims=True)
         e = np.exp(s)
-        P = rb(e / e.sum(-1, keepdims=True))
-        o = rb(np.einsum("hst,thd->shd", P, v)).reshape(T, nh * dv)
+        P = e / e.sum(-1, keepdims=True)
+        if not self.absorbed:
+            P = rb(P)
+            o = rb(np.einsum("hst,thd->shd", P, v)).reshape(T, nh * dv)
+        else:
+            o_lat = np.einsum("hst,tr->shr", P, c)
+            o = rb(np.einsum("shr,hdr->shd", o_lat, Wkvb[:, dn:, :])).reshape(T, nh * dv)
         return self.lin(o, p + "o_proj.weight"), sel
 
     # -- MoE ------------------------------------------------------------------------------------
@@ -373,9 +389,9 @@ class Model:
 # ----------------------------------------------------------------------------------------------
 
 
-def check_model(d, mode, verbose=True, decode=False):
+def check_model(d, mode, verbose=True, decode=False, absorbed=False):
     g = json.load(open(os.path.join(d, "goldens.json")))
-    m = Model(d, mode)
+    m = Model(d, mode, absorbed)
     near = g["sanity"]["near_tie_margin"]
     res = {"model": g["model"], "mode": mode, "greedy": [], "tf": [], "tf_bad": 0, "mtp": []}
     for pr in g["prompts"]:
@@ -436,6 +452,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--decode", action="store_true", help="greedy by step-by-step decoding (slow)")
+    ap.add_argument("--absorbed", action="store_true", help="MLA in the absorbed latent form (informational)")
     args = ap.parse_args()
     modes = ["f32", "bf16"] if args.mode == "both" else [args.mode]
     ok = True
@@ -447,11 +464,11 @@ def main():
             continue
         acceptance = json.load(open(os.path.join(d, "goldens.json")))["sanity"]["prompt_acceptance"]
         for mode in modes:
-            r = check_model(d, mode, verbose=args.verbose, decode=args.decode)
+            r = check_model(d, mode, verbose=args.verbose, decode=args.decode, absorbed=args.absorbed)
             good = all(x == 32 for x in r["greedy"]) and r["tf_bad"] == 0
             # f32 is only expected to match where the goldens were selected to be f32-robust (glm-dsa's
             # top-8 DSA sets flip under f32-vs-BF16 noise; see README)
-            required = mode == "bf16" or acceptance.startswith("f32")
+            required = (mode == "bf16" or acceptance.startswith("f32")) and not args.absorbed
             verdict = "OK" if good else ("MISMATCH" if required else "differs (expected, informational)")
             print(f"{name} [{mode}]: greedy {r['greedy']} teacher-forced {r['tf']} non-near-tie mismatches "
                   f"{r['tf_bad']} mtp [agree, total, non-near-tie] {r['mtp']} debug {r['debug']} -> {verdict}")
