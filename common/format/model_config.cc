@@ -156,7 +156,7 @@ void DeriveRope(ModelConfig& c) {
   std::vector<float> pos_freqs(half);
   for (int i = 0; i < half; ++i) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
-    pos_freqs[i] = std::pow(base, e);
+    pos_freqs[i] = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(e)));
   }
   c.rope_attention_factor = 1.0f;
   if (c.rope.type != "yarn") {

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
   EngineOptions opt;
   opt.numerics = cfg.numerics.value_or(c.dtype == "float32" ? Numerics::kF32 : Numerics::kHfBf16);
   opt.attention = cfg.attention;
+  opt.kernel_path = cfg.kernel_path;
   e->model_ = std::make_unique<Model>(std::move(c), std::move(weights), e->store_.get(), opt);
   return e;
 }

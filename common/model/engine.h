@@ -32,6 +32,8 @@ struct EngineConfig {
   // production path): routed experts and/or dense projections.
   std::optional<QFormat> expert_format;
   std::optional<QFormat> dense_format;
+  // Path of the integer-format kernels (kAuto: int8-activation IDOT).
+  kernels::Path kernel_path = kernels::Path::kAuto;
 };
 
 struct MemoryPlan {

@@ -122,8 +122,9 @@ void Model::Rope(float* x, int64_t pos, bool interleaved) const {
   float* t = d <= 1024 ? tmp : new float[d];
   for (int64_t i = 0; i < half; ++i) {
     const float ang = static_cast<float>(pos) * config_.rope_inv_freq[i];
-    const float c = R(std::cos(ang) * config_.rope_attention_factor);
-    const float s = R(std::sin(ang) * config_.rope_attention_factor);
+    // cos/sin of the f32 angle, correctly rounded to f32 (as torch), then bf16.
+    const float c = R(static_cast<float>(std::cos(static_cast<double>(ang))) * config_.rope_attention_factor);
+    const float s = R(static_cast<float>(std::sin(static_cast<double>(ang))) * config_.rope_attention_factor);
     const float x1 = interleaved ? x[2 * i] : x[i];
     const float x2 = interleaved ? x[2 * i + 1] : x[i + half];
     t[i] = R(R(x1 * c) - R(x2 * s));
@@ -165,9 +166,11 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
     for (int64_t j = 0; j < ih; ++j) Rope(q.data() + (s * ih + j) * id, P0 + s, c.indexer_rope_interleave);
     cache.Append(cache_layer, KvCache::kIndexKey, ks);
   }
-  Mm(lw.idx_wp.m, a, S, w.data());  // f32 weights_proj on upcast input
+  // HF loaded in bf16 keeps weights_proj in bf16 (_keep_in_fp32_modules
+  // applies to fp16 loads only): a bf16 linear, widened to fp32, then scaled.
+  Mm(lw.idx_wp.m, a, S, w.data());
   const float wscale = static_cast<float>(std::pow(static_cast<double>(ih), -0.5));
-  for (float& v : w) v *= wscale;
+  for (float& v : w) v = R(v) * wscale;
   (void)H;
   std::vector<float> keys(T * id);
   cache.Read(cache_layer, KvCache::kIndexKey, 0, T, keys.data());

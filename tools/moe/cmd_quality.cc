@@ -47,7 +47,9 @@ std::vector<double> LogSoftmax(const float* l, int64_t n) {
 
 absl::Status DoQuality(int argc, char** argv) {
   std::string model, goldens, experts = "stored,q8_row,q8_g64,q4_row,q4_g64,q2_row", dense = "stored,q8_row,q4_g64";
+  std::string path = "auto";
   FlagSet flags("quality", "Quantization quality table against oracle goldens.");
+  flags.AddString("kernel-path", &path, "integer-format kernel path: auto (int8-activation idot) or float");
   flags.AddString("model", &model, "model directory (HF checkpoint with goldens.json from tools/oracle)");
   flags.AddString("goldens", &goldens, "goldens file (default MODEL/goldens.json)");
   flags.AddString("experts", &experts, "routed-expert formats to try (stored = as in the checkpoint)");
@@ -59,6 +61,14 @@ absl::Status DoQuality(int argc, char** argv) {
   }
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
   if (goldens.empty()) goldens = model + "/goldens.json";
+  kernels::Path kpath = kernels::Path::kAuto;
+  if (path == "float") {
+    kpath = kernels::Path::kFloat;
+  } else if (path == "idot") {
+    kpath = kernels::Path::kIdot;
+  } else if (path != "auto") {
+    return absl::InvalidArgumentError("--kernel-path must be auto, idot or float");
+  }
   MOE_ASSIGN_OR_RETURN(auto ef, ParseFormats("experts", experts));
   MOE_ASSIGN_OR_RETURN(auto df, ParseFormats("dense", dense));
   std::ifstream in(goldens);
@@ -85,6 +95,7 @@ absl::Status DoQuality(int argc, char** argv) {
       EngineConfig ec;
       ec.expert_format = e;
       ec.dense_format = d;
+      ec.kernel_path = kpath;
       MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
       int g_eq = 0, g_tot = 0, tf_eq = 0, tf_tot = 0, first_div = 1 << 30;
       double kl = 0;
