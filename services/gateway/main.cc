@@ -19,7 +19,6 @@
 #include "services/gateway/byte_codec.h"
 #include "services/gateway/grpc_worker.h"
 #include "services/gateway/http_server.h"
-#include "services/gateway/model_codec.h"
 
 namespace {
 
@@ -56,11 +55,7 @@ int Main(int argc, char** argv) {
   flags.AddStringList("worker", &workers, "inferd address (unix:/path or host:port); repeat per worker");
   flags.AddString("served-model-name", &model_name, "model id clients send in 'model'");
   flags.AddInt("max-model-len", &max_model_len, "context length (0: the smallest the workers report)");
-  flags.AddString("tokenizer", &tokenizer,
-                  "text codec: 'byte' (byte-level, test models) or a model directory (its tokenizer.json and "
-                  "chat template, common/text)");
-  std::string chat_format;
-  flags.AddString("chat-format", &chat_format, "with a model directory: glm or deepseek_v3 (default: detected)");
+  flags.AddString("tokenizer", &tokenizer, "text codec: 'byte' (byte-level, test models)");
   flags.AddStringList("api-key", &api_keys, "accepted API key (repeatable); none + no file = open server");
   flags.AddString("api-keys-file", &api_keys_file, "file with one API key per line");
   flags.AddInt("max-running", &max_running, "requests generating at once");
@@ -104,9 +99,8 @@ int Main(int argc, char** argv) {
   if (tokenizer == "byte") {
     codec = std::make_unique<ByteCodec>();
   } else {
-    auto mc = ModelCodec::Load(tokenizer, chat_format);
-    if (!mc.ok()) return fail(Annotate(mc.status(), "--tokenizer"));
-    codec = std::move(mc).value();
+    return fail(absl::InvalidArgumentError("--tokenizer: only 'byte' is built in; the project tokenizer "
+                                           "adapter (common/text) is not linked into this build"));
   }
   auto keys = ApiKeys::Load(api_keys, api_keys_file);
   if (!keys.ok()) return fail(keys.status());
