@@ -50,6 +50,7 @@ struct Lease {
   uint64_t length = 0;
   uint32_t num_parts = 0;
   uint64_t part_offsets[8] = {};
+  uint64_t epoch = 0;  // client-side: which expertd connection granted it (not in shm)
 };
 
 class ExpertTable {

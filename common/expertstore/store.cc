@@ -253,6 +253,12 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
     return out;
   }
   HarvestLocked();
+  // The session may be closed (worker died) while we wait for reads; leases
+  // are only granted while it is still the same attached session.
+  const uint64_t token = table_.session(session).token.load();
+  auto still_attached = [&] {
+    return table_.session(session).state.load() == kSessionAttached && table_.session(session).token.load() == token;
+  };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg_.wait_ms);
   for (size_t i = 0; i < ids.size(); ++i) {
     int id = ids[i];
@@ -270,6 +276,10 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
         uint32_t s = sp1 - 1;
         uint32_t state = CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed));
         if (state == kSlabReady) {
+          if (!still_attached()) {
+            out[i] = absl::FailedPreconditionError("expertd: session closed");
+            break;
+          }
           table_.LeaseForSession(session, s);
           stats_.tier[int(TierId::kRam)].hits++;
           stats_.tier[int(TierId::kRam)].bytes += table_.slab(s).length;
@@ -332,7 +342,9 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
     uint32_t s = static_cast<uint32_t>(pending[i]);
     cv_.wait(lk, [&] { return fills[i]->done; });
     priv_[s].claims--;
-    if (fills[i]->status.ok()) {
+    if (fills[i]->status.ok() && !still_attached()) {
+      out[i] = absl::FailedPreconditionError("expertd: session closed while its read was in flight");
+    } else if (fills[i]->status.ok()) {
       table_.LeaseForSession(session, s);
       out[i] = s;
     } else {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/expertstore/fd_passing.h"
 
@@ -24,13 +25,26 @@ std::unique_ptr<ExpertD::Stub> MakeStub(const std::string& addr) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  // Reconnect quickly after an expertd restart (default backoff starts at 1 s).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   auto ch = grpc::CreateCustomChannel("unix:" + Path(addr), grpc::InsecureChannelCredentials(), args);
   return ExpertD::NewStub(ch);
 }
+
+bool ExpertdGone(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kFailedPrecondition;
+}
 }  // namespace
+
+ExpertdClient::Conn::~Conn() {
+  if (fd >= 0) ::close(fd);
+}
 
 absl::StatusOr<std::unique_ptr<ExpertdClient>> ExpertdClient::ConnectAdmin(const std::string& addr) {
   auto c = std::unique_ptr<ExpertdClient>(new ExpertdClient());
+  c->addr_ = addr;
   c->stub_ = MakeStub(addr);
   return c;
 }
@@ -38,53 +52,80 @@ absl::StatusOr<std::unique_ptr<ExpertdClient>> ExpertdClient::ConnectAdmin(const
 absl::StatusOr<std::unique_ptr<ExpertdClient>> ExpertdClient::Connect(const std::string& addr,
                                                                       const std::string& name) {
   auto c = std::unique_ptr<ExpertdClient>(new ExpertdClient());
+  c->addr_ = addr;
+  c->name_ = name;
   c->stub_ = MakeStub(addr);
+  MOE_ASSIGN_OR_RETURN(auto conn, c->Attach(1));
+  c->conn_.store(std::move(conn));
+  return c;
+}
+
+absl::StatusOr<std::shared_ptr<ExpertdClient::Conn>> ExpertdClient::Attach(uint64_t epoch) {
   AttachRequest req;
   req.set_pid(static_cast<uint32_t>(::getpid()));
-  req.set_client_name(name);
+  req.set_client_name(name_);
   AttachReply rep;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   ctx.set_wait_for_ready(true);
-  auto st = c->stub_->Attach(&ctx, req, &rep);
-  if (!st.ok()) return Annotate(FromGrpc(st), absl::StrCat("expertd at ", addr, ": Attach"));
-  c->session_ = rep.session();
-  c->token_ = rep.token();
-  c->attached_ = true;
-  c->num_layers_ = rep.num_layers();
-  c->num_experts_ = rep.num_experts();
-  c->model_id_ = rep.model_id();
+  auto st = stub_->Attach(&ctx, req, &rep);
+  if (!st.ok()) return Annotate(FromGrpc(st), absl::StrCat("expertd at ", addr_, ": Attach"));
   if (rep.shm_version() != kShmVersion)
     return absl::FailedPreconditionError(absl::StrCat("expertd speaks shm version ", rep.shm_version(),
                                                       ", this client ", kShmVersion));
-  MOE_ASSIGN_OR_RETURN(c->session_fd_, ConnectUnix(rep.session_socket()));
+  if (epoch > 1 && (rep.num_layers() != num_layers_ || rep.num_experts() != num_experts_ || rep.model_id() != model_id_))
+    return absl::FailedPreconditionError(absl::StrCat("expertd at ", addr_, " now serves model '", rep.model_id(),
+                                                      "', not '", model_id_, "'"));
+  num_layers_ = rep.num_layers();
+  num_experts_ = rep.num_experts();
+  model_id_ = rep.model_id();
+  auto c = std::make_shared<Conn>();
+  c->session = rep.session();
+  c->token = rep.token();
+  c->epoch = epoch;
+  MOE_ASSIGN_OR_RETURN(c->fd, ConnectUnix(rep.session_socket()));
   SessionHello hello{kSessionHelloMagic, kSessionWireVersion, rep.session(), 0, rep.token()};
-  MOE_RETURN_IF_ERROR(SendWithFds(c->session_fd_, &hello, sizeof hello, {}));
+  MOE_RETURN_IF_ERROR(SendWithFds(c->fd, &hello, sizeof hello, {}));
   SessionWelcome w{};
   std::vector<int> fds;
-  MOE_RETURN_IF_ERROR(Annotate(RecvWithFds(c->session_fd_, &w, sizeof w, &fds, 2), "expertd session socket"));
+  MOE_RETURN_IF_ERROR(Annotate(RecvWithFds(c->fd, &w, sizeof w, &fds, 2), "expertd session socket"));
   if (w.magic != kSessionWelcomeMagic || w.status != 0 || fds.size() != 2) {
     for (int fd : fds) ::close(fd);
     return absl::PermissionDeniedError(absl::StrCat("expertd refused the session socket (status ", w.status, ")"));
   }
-  MOE_ASSIGN_OR_RETURN(c->ctl_, ShmRegion::Map(fds[0], w.control_bytes, true));
-  MOE_ASSIGN_OR_RETURN(c->arena_, ShmRegion::Map(fds[1], w.arena_bytes, false));
-  MOE_ASSIGN_OR_RETURN(c->table_, ExpertTable::Attach(c->ctl_.data(), c->ctl_.size(), c->arena_.data(),
-                                                      c->arena_.size()));
+  MOE_ASSIGN_OR_RETURN(c->ctl, ShmRegion::Map(fds[0], w.control_bytes, true));
+  MOE_ASSIGN_OR_RETURN(c->arena, ShmRegion::Map(fds[1], w.arena_bytes, false));
+  MOE_ASSIGN_OR_RETURN(c->table, ExpertTable::Attach(c->ctl.data(), c->ctl.size(), c->arena.data(), c->arena.size()));
   return c;
 }
 
-ExpertdClient::~ExpertdClient() {
-  (void)Detach();
-  if (session_fd_ >= 0) ::close(session_fd_);
+absl::Status ExpertdClient::Reconnect(const std::shared_ptr<Conn>& seen) {
+  std::lock_guard<std::mutex> l(reconnect_mu_);
+  auto cur = conn_.load();
+  if (cur != seen) return absl::OkStatus();  // another thread already did it
+  MOE_ASSIGN_OR_RETURN(auto fresh, Attach(seen ? seen->epoch + 1 : 1));
+  MOE_LOG(WARNING) << "expertd at " << addr_ << " restarted or dropped the session; re-attached as session "
+                   << fresh->session;
+  if (seen) retired_.push_back(seen);
+  conn_.store(std::move(fresh));
+  reconnects_++;
+  return absl::OkStatus();
 }
 
+uint32_t ExpertdClient::session() const {
+  auto c = conn_.load();
+  return c ? c->session : 0;
+}
+
+ExpertdClient::~ExpertdClient() { (void)Detach(); }
+
 absl::Status ExpertdClient::Detach() {
-  if (!attached_) return absl::OkStatus();
-  attached_ = false;
+  auto c = conn_.load();
+  if (!c || c->detached) return absl::OkStatus();
+  c->detached = true;
   DetachRequest req;
-  req.set_session(session_);
-  req.set_token(token_);
+  req.set_session(c->session);
+  req.set_token(c->token);
   DetachReply rep;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -92,63 +133,84 @@ absl::Status ExpertdClient::Detach() {
 }
 
 std::optional<Lease> ExpertdClient::TryLease(int layer, int expert) {
-  if (!attached_ || session_fd_ < 0) return std::nullopt;
-  return table_.TryLease(session_, layer, expert);
+  auto c = conn_.load();
+  if (!c || c->detached) return std::nullopt;
+  auto l = c->table.TryLease(c->session, layer, expert);
+  if (l) l->epoch = c->epoch;
+  return l;
 }
 
 void ExpertdClient::Release(const Lease& lease) {
-  if (session_fd_ >= 0) table_.Release(session_, lease.slab);
+  auto c = conn_.load();
+  // A lease of a previous expertd instance: that instance is gone and so are
+  // its lease rows; its arena stays mapped (retired_) until we are destroyed.
+  if (c && c->epoch == lease.epoch) c->table.Release(c->session, lease.slab);
 }
 
 std::vector<absl::StatusOr<Lease>> ExpertdClient::Acquire(int layer, const std::vector<int>& ids) {
   std::vector<absl::StatusOr<Lease>> out(ids.size(), absl::UnknownError("not requested"));
-  FetchRequest req;
-  std::vector<size_t> miss;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (auto l = TryLease(layer, ids[i])) {
-      out[i] = *l;
-    } else {
-      miss.push_back(i);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto c = conn_.load();
+    if (!c || c->detached) {
+      for (auto& o : out) o = absl::FailedPreconditionError("expertd client is not attached");
+      return out;
     }
-  }
-  if (miss.empty()) return out;
-  if (!attached_ || session_fd_ < 0) {
-    for (size_t i : miss) out[i] = absl::FailedPreconditionError("expertd client is not attached");
-    return out;
-  }
-  if (layer < 0) {
-    for (size_t i : miss) out[i] = absl::InvalidArgumentError(absl::StrCat("invalid layer ", layer));
-    return out;
-  }
-  req.set_session(session_);
-  req.set_token(token_);
-  req.set_layer(static_cast<uint32_t>(layer));
-  for (size_t i : miss) req.add_experts(ids[i] < 0 ? 0xffffffffu : static_cast<uint32_t>(ids[i]));
-  FetchReply rep;
-  grpc::ClientContext ctx;
-  auto st = stub_->FetchExperts(&ctx, req, &rep);
-  if (!st.ok() || rep.slabs_size() != int(miss.size())) {
-    absl::Status e = st.ok() ? absl::InternalError("expertd: malformed FetchExperts reply") : FromGrpc(st);
-    for (size_t i : miss) out[i] = e;
-    return out;
-  }
-  for (size_t j = 0; j < miss.size(); ++j) {
-    const SlabHandle& h = rep.slabs(int(j));
-    if (h.error_code() != 0) {
-      out[miss[j]] = absl::Status(static_cast<absl::StatusCode>(h.error_code()), h.error());
-      continue;
+    std::vector<size_t> miss;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (out[i].ok()) continue;
+      auto l = c->table.TryLease(c->session, layer, ids[i]);
+      if (l) {
+        l->epoch = c->epoch;
+        out[i] = *l;
+      } else {
+        miss.push_back(i);
+      }
     }
-    Lease l;
-    table_.Describe(h.slab(), &l);  // leased for us by expertd: the descriptor is stable
-    out[miss[j]] = l;
+    if (miss.empty()) return out;
+    if (layer < 0) {
+      for (size_t i : miss) out[i] = absl::InvalidArgumentError(absl::StrCat("invalid layer ", layer));
+      return out;
+    }
+    FetchRequest req;
+    req.set_session(c->session);
+    req.set_token(c->token);
+    req.set_layer(static_cast<uint32_t>(layer));
+    for (size_t i : miss) req.add_experts(ids[i] < 0 ? 0xffffffffu : static_cast<uint32_t>(ids[i]));
+    FetchReply rep;
+    grpc::ClientContext ctx;
+    auto st = FromGrpc(stub_->FetchExperts(&ctx, req, &rep));
+    if (!st.ok() && attempt == 0 && ExpertdGone(st) && Reconnect(c).ok()) continue;  // retry on the new instance
+    if (!st.ok() || rep.slabs_size() != int(miss.size())) {
+      absl::Status e = st.ok() ? absl::InternalError("expertd: malformed FetchExperts reply") : st;
+      for (size_t i : miss) out[i] = e;
+      return out;
+    }
+    for (size_t j = 0; j < miss.size(); ++j) {
+      const SlabHandle& h = rep.slabs(int(j));
+      if (h.error_code() != 0) {
+        out[miss[j]] = absl::Status(static_cast<absl::StatusCode>(h.error_code()), h.error());
+        continue;
+      }
+      if (h.slab() >= c->table.num_slabs()) {
+        out[miss[j]] = absl::InternalError("expertd returned a slab out of range");
+        continue;
+      }
+      Lease l;
+      c->table.Describe(h.slab(), &l);  // leased for us by expertd: the descriptor is stable
+      l.epoch = c->epoch;
+      out[miss[j]] = l;
+    }
+    return out;
   }
   return out;
 }
 
 absl::StatusOr<uint32_t> ExpertdClient::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
+  auto c = conn_.load();
+  if (!c) return absl::FailedPreconditionError("expertd client is not attached");
   HintRequest req;
-  req.set_session(session_);
-  req.set_token(token_);
+  req.set_session(c->session);
+  req.set_token(c->token);
   auto* h = req.add_hints();
   h->set_layer(static_cast<uint32_t>(layer));
   h->set_source(lookahead ? LayerHint::LOOKAHEAD : LayerHint::CURRENT);

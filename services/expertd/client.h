@@ -7,13 +7,20 @@
 // lease in shared memory. When the process dies, the kernel closes the
 // session socket and expertd drops its leases within a second.
 //
+// expertd restarts: when an RPC finds expertd gone or the session unknown,
+// the client re-attaches (new session, new shm) once and retries. Leases
+// granted by the old instance stay readable (its mappings are kept) and
+// their Release is a no-op.
+//
 // Admin-only clients (moe heat) use ConnectAdmin: no session, no shm.
 //
 // Thread safety: TryLease/Acquire/Release/Hint are safe from many threads
 // (the table is lock-free, the gRPC stub is thread-safe).
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,7 +43,8 @@ class ExpertdClient {
   uint32_t num_layers() const { return num_layers_; }
   uint32_t num_experts() const { return num_experts_; }
   const std::string& model_id() const { return model_id_; }
-  uint32_t session() const { return session_; }
+  uint32_t session() const;
+  uint64_t reconnects() const { return reconnects_; }
 
   std::optional<expertstore::Lease> TryLease(int layer, int expert);
   // Leases every id of one layer: shm hits first, one RPC for the rest.
@@ -54,14 +62,28 @@ class ExpertdClient {
   absl::StatusOr<uint64_t> SetBudget(uint64_t bytes);
 
  private:
+  // One attachment to one expertd instance.
+  struct Conn {
+    expertstore::ShmRegion ctl, arena;
+    expertstore::ExpertTable table;
+    int fd = -1;
+    uint32_t session = 0;
+    uint64_t token = 0;
+    uint64_t epoch = 0;
+    std::atomic<bool> detached{false};
+    ~Conn();
+  };
   ExpertdClient() = default;
+  absl::StatusOr<std::shared_ptr<Conn>> Attach(uint64_t epoch);
+  // Re-attaches if `seen` is still the current connection.
+  absl::Status Reconnect(const std::shared_ptr<Conn>& seen);
+
+  std::string addr_, name_;
   std::unique_ptr<ExpertD::Stub> stub_;
-  expertstore::ShmRegion ctl_, arena_;
-  expertstore::ExpertTable table_;
-  int session_fd_ = -1;
-  uint32_t session_ = 0;
-  uint64_t token_ = 0;
-  bool attached_ = false;
+  std::atomic<std::shared_ptr<Conn>> conn_;
+  std::mutex reconnect_mu_;
+  std::vector<std::shared_ptr<Conn>> retired_;  // old instances: leases may still point into them
+  std::atomic<uint64_t> reconnects_{0};
   uint32_t num_layers_ = 0, num_experts_ = 0;
   std::string model_id_;
 };

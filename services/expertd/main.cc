@@ -1,7 +1,7 @@
 // expertd: the per-host expert cache service. Flags and wiring only; the
 // logic lives in common/expertstore (ExpertStore) and ExpertdService.
 //
-//   expertd --manifest DIR/experts.manifest --socket /run/moe/expertd.sock
+//   expertd --model CONTAINER_DIR | --manifest FILE  --socket /run/moe/expertd.sock
 //           --budget 12G [--top-k 8] [--queue-depth 8] [--io auto|uring|pread]
 //           [--heat-file FILE] [--metrics-addr 127.0.0.1:9464]
 //
@@ -16,6 +16,7 @@
 
 #include "common/base/flags.h"
 #include "common/base/log.h"
+#include "common/expertstore/container_locator.h"
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
 #include "services/expertd/expertd_service.h"
@@ -31,12 +32,13 @@ int Fail(const absl::Status& s) {
 
 int Main(int argc, char** argv) {
   using namespace moe;
-  std::string manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, log_level = "info";
+  std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, log_level = "info";
   uint64_t budget = 0, chunk = 2ull << 20;
   int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000;
   bool page_cache = true, populate = false, register_buffers = true;
   FlagSet flags("expertd", "Serve routed experts from a shared-memory cache to inference workers.");
-  flags.AddString("manifest", &manifest, "expert record manifest (until the container reader lands)");
+  flags.AddString("model", &model_dir, "moestream container directory (moe convert output)");
+  flags.AddString("manifest", &manifest, "or: a text manifest of expert records (tests, synthetic models)");
   flags.AddString("socket", &socket_path, "unix socket path for gRPC (SOCKET.session is used too)");
   flags.AddBytes("budget", &budget, "bytes of shared memory for expert slabs (sized once at start)");
   flags.AddInt("top-k", &top_k, "experts per layer per token; the budget must hold one layer's top-k");
@@ -59,7 +61,8 @@ int Main(int argc, char** argv) {
   LogLevel lvl;
   if (!ParseLogLevel(log_level, &lvl)) return Fail(absl::InvalidArgumentError("--log-level: unknown level"));
   SetLogLevel(lvl);
-  if (manifest.empty()) return Fail(absl::InvalidArgumentError("--manifest is required"));
+  if (manifest.empty() == model_dir.empty())
+    return Fail(absl::InvalidArgumentError("give exactly one of --model DIR or --manifest FILE"));
   if (socket_path.empty()) return Fail(absl::InvalidArgumentError("--socket is required (a unix socket path)"));
   if (budget == 0) return Fail(absl::InvalidArgumentError("--budget is required (e.g. --budget 12G)"));
   if (top_k < 1 || max_sessions < 1 || max_sessions > 4096)
@@ -73,8 +76,16 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto locator = expertstore::ManifestLocator::Load(manifest);
-  if (!locator.ok()) return Fail(locator.status());
+  absl::StatusOr<std::unique_ptr<expertstore::RecordLocator>> locator;
+  if (!model_dir.empty()) {
+    auto c = expertstore::ContainerLocator::Open(model_dir);
+    if (!c.ok()) return Fail(c.status());
+    locator = std::unique_ptr<expertstore::RecordLocator>(std::move(*c));
+  } else {
+    auto m = expertstore::ManifestLocator::Load(manifest);
+    if (!m.ok()) return Fail(m.status());
+    locator = std::unique_ptr<expertstore::RecordLocator>(std::move(*m));
+  }
   expertstore::StoreConfig cfg;
   cfg.budget_bytes = budget;
   cfg.top_k = static_cast<uint32_t>(top_k);

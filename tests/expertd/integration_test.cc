@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <atomic>
 #include <thread>
 
 #include "common/expertstore/crc32c.h"
@@ -172,6 +173,44 @@ TEST_F(ExpertdIntegration, KilledWorkerReleasesItsLeasesWithinOneSecond) {
   EXPECT_EQ(expertstore::Crc32c(0, r[1]->data, r[1]->length), Crc(2, 8));
   (*c)->Release(*r[0]);
   (*c)->Release(*r[1]);
+}
+
+TEST_F(ExpertdIntegration, WorkersReconnectAfterAnExpertdRestartUnderLoad) {
+  auto d = StartExpertd(8);
+  ASSERT_TRUE(d);
+  auto c = ExpertdClient::Connect(sock_);
+  ASSERT_TRUE(c.ok());
+  auto held = (*c)->Acquire(0, {1, 2});
+  ASSERT_TRUE(held[0].ok() && held[1].ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok_after{0}, errors{0};
+  std::thread load([&] {  // keeps fetching while expertd goes away and comes back
+    for (int i = 0; !stop; ++i) {
+      auto r = (*c)->Acquire(1 + i % 3, {i % 16, (i + 5) % 16});
+      for (auto& x : r) {
+        if (x.ok()) {
+          if (expertstore::Crc32c(0, x->data, x->length) != Crc(1 + i % 3, x->expert)) errors++;
+          (*c)->Release(*x);
+          if ((*c)->reconnects() > 0) ok_after++;
+        }
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(d->pid, SIGKILL);  // crash, not a clean stop
+  d->Wait();
+  d = StartExpertd(8);
+  ASSERT_TRUE(d);
+  for (int i = 0; i < 300 && ok_after < 20; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  stop = true;
+  load.join();
+  EXPECT_GE((*c)->reconnects(), 1u);
+  EXPECT_GE(ok_after.load(), 20);
+  EXPECT_EQ(errors.load(), 0);
+  // Leases from the crashed instance stay readable; releasing them is harmless.
+  EXPECT_EQ(expertstore::Crc32c(0, held[1]->data, held[1]->length), Crc(0, 2));
+  (*c)->Release(*held[0]);
+  (*c)->Release(*held[1]);
 }
 
 TEST_F(ExpertdIntegration, InvalidIdsAndLayersAreRejected) {

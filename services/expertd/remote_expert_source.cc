@@ -1,0 +1,112 @@
+#include "services/expertd/remote_expert_source.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+
+namespace moe::expertd {
+
+namespace {
+constexpr size_t kMaxQueuedHints = 4096;
+}
+
+absl::StatusOr<std::unique_ptr<RemoteExpertSource>> RemoteExpertSource::Connect(const std::string& addr,
+                                                                                const Container* container) {
+  auto s = std::unique_ptr<RemoteExpertSource>(new RemoteExpertSource());
+  MOE_ASSIGN_OR_RETURN(s->client_, ExpertdClient::Connect(addr, "engine"));
+  s->container_ = container;
+  const auto& info = container->info();
+  if (s->client_->num_layers() != uint32_t(info.num_hidden_layers + 1) ||
+      s->client_->num_experts() != uint32_t(info.n_routed_experts))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "expertd at ", addr, " serves model '", s->client_->model_id(), "' (", s->client_->num_layers(), " x ",
+        s->client_->num_experts(), "), not this container (", info.num_hidden_layers + 1, " x ",
+        info.n_routed_experts, ")"));
+  s->hint_thread_ = std::thread([p = s.get()] { p->HintLoop(); });
+  return s;
+}
+
+RemoteExpertSource::~RemoteExpertSource() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (hint_thread_.joinable()) hint_thread_.join();
+}
+
+ExpertLease RemoteExpertSource::MakeLease(const expertstore::Lease& l, const ExpertRecordInfo& rec) {
+  auto w = std::make_unique<ExpertWeights>();
+  auto view = Container::ViewRecord(rec, l.data);
+  ExpertMatrix* m[3] = {&w->gate, &w->up, &w->down};
+  for (int p = 0; p < 3; ++p) {
+    m[p]->format = view[p].format;
+    m[p]->rows = view[p].rows;
+    m[p]->cols = view[p].cols;
+    m[p]->data = view[p].data;
+    m[p]->scales = view[p].scales;
+  }
+  const ExpertWeights* raw = w.release();
+  ExpertdClient* c = client_.get();
+  expertstore::Lease copy = l;
+  return ExpertLease(raw, [c, copy, raw] {
+    c->Release(copy);
+    delete raw;
+  });
+}
+
+absl::StatusOr<ExpertLease> RemoteExpertSource::Get(int layer, int expert) {
+  gets_++;
+  const ExpertRecordInfo* rec = container_->FindExpert(layer, expert);
+  if (rec == nullptr)
+    return absl::NotFoundError(absl::StrCat("no routed expert (layer ", layer, ", id ", expert, ") in the container"));
+  if (auto l = client_->TryLease(layer, expert)) {
+    hits_++;
+    return MakeLease(*l, *rec);
+  }
+  auto r = client_->Acquire(layer, {expert});
+  if (!r[0].ok()) return r[0].status();
+  if (r[0]->length < rec->length)
+    return absl::DataLossError(absl::StrCat("expertd returned ", r[0]->length, " bytes for (layer ", layer, ", id ",
+                                            expert, "), the container says ", rec->length));
+  misses_++;
+  bytes_ += static_cast<int64_t>(r[0]->length);
+  return MakeLease(*r[0], *rec);
+}
+
+void RemoteExpertSource::Hint(std::span<const ExpertKey> keys) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& k : keys) {
+      if (hints_.size() >= kMaxQueuedHints) break;
+      hints_.push_back(k);
+    }
+  }
+  cv_.notify_one();
+}
+
+void RemoteExpertSource::HintLoop() {
+  for (;;) {
+    std::map<int, std::vector<int>> by_layer;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || !hints_.empty(); });
+      if (stop_) return;
+      for (const auto& k : hints_) by_layer[k.layer].push_back(k.expert);
+      hints_.clear();
+    }
+    for (auto& [layer, ids] : by_layer) (void)client_->Hint(layer, ids);  // best effort
+  }
+}
+
+ExpertSourceStats RemoteExpertSource::Stats() const {
+  ExpertSourceStats s;
+  s.gets = gets_;
+  s.hits = hits_;
+  s.misses = misses_;
+  s.bytes_read = bytes_;
+  return s;
+}
+
+}  // namespace moe::expertd

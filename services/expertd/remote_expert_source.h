@@ -1,0 +1,57 @@
+// RemoteExpertSource: the engine's ExpertSource (common/model/expert_source.h)
+// backed by expertd. A hit is a lease from the shared table (no RPC); a miss
+// is one FetchExperts RPC that waits until expertd has read the record.
+// Matrix shapes and formats come from the worker's own container (it maps
+// the dense weights from it anyway); the bytes come from expertd's arena.
+//
+// Contract (as ExpertSource): Get returns the exact stored bytes (expertd
+// verified the record's CRC before publishing it) and blocks until resident;
+// the bytes stay valid until the lease is destroyed (the shared-memory lease
+// is dropped then). Hint never blocks: it queues the keys for a background
+// thread that sends one Hint RPC per layer, dropping hints when the queue is
+// full. Leases must be destroyed before the source.
+//
+// Thread safety: Get/Hint/Stats from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/format/container.h"
+#include "common/model/expert_source.h"
+#include "services/expertd/client.h"
+
+namespace moe::expertd {
+
+class RemoteExpertSource final : public ExpertSource {
+ public:
+  // `container` must outlive the source and be the model expertd serves
+  // (checked by shape).
+  static absl::StatusOr<std::unique_ptr<RemoteExpertSource>> Connect(const std::string& addr,
+                                                                     const Container* container);
+  ~RemoteExpertSource() override;
+
+  absl::StatusOr<ExpertLease> Get(int layer, int expert) override;
+  void Hint(std::span<const ExpertKey> keys) override;
+  ExpertSourceStats Stats() const override;
+
+ private:
+  RemoteExpertSource() = default;
+  ExpertLease MakeLease(const expertstore::Lease& l, const ExpertRecordInfo& rec);
+  void HintLoop();
+
+  std::unique_ptr<ExpertdClient> client_;
+  const Container* container_ = nullptr;
+  std::atomic<int64_t> gets_{0}, hits_{0}, misses_{0}, bytes_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ExpertKey> hints_;
+  bool stop_ = false;
+  std::thread hint_thread_;
+};
+
+}  // namespace moe::expertd
