@@ -166,8 +166,10 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
         }
       }
       pos[res[best]] = -1;
-      res[best] = res.back();
-      pos[res[best]] = int64_t(best);
+      if (best + 1 != res.size()) {
+        res[best] = res.back();
+        pos[res[best]] = int64_t(best);
+      }
       res.pop_back();
     }
     pos[k] = int64_t(res.size());

@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int kPlanVersion = 1;
-constexpr uint64_t kSlabBytes = 64ull << 20;  // float32 rows decoded at once
+constexpr uint64_t kSlabBytes = 8ull << 20;  // float32 rows decoded at once (stays in L2/L3)
 
 absl::Status Errno(std::string_view what, const std::string& path) {
   const int e = errno;
@@ -322,7 +322,7 @@ class InputSet {
     if (!r) {
       OpenOptions opt;
       opt.check_fp8_scales = false;
-      opt.direct_io = false;
+      opt.direct_io = true;
       const std::string path = dir_ + "/" + plan_.inputs[file];
       MOE_ASSIGN_OR_RETURN(r, SafetensorsReader::Open(path, opt));
     }
@@ -352,21 +352,32 @@ class SourceDecoder {
     }
     return absl::OkStatus();
   }
+  bool fp8_matrix() const { return wt_->dtype == DType::kF8E4M3 && wt_->ndim() == 2; }
+  // Non-FP8 (or non-2-D) tensors: rows [r0, r1) as float32.
   absl::Status Rows(int64_t r0, int64_t r1, float* dst) {
     if (wt_->ndim() != 2) return wr_->ReadTensorF32(*wt_, dst);  // whole (small) tensor
-    if (wt_->dtype != DType::kF8E4M3) return wr_->ReadRowsF32(*wt_, r0, r1, dst);
+    return wr_->ReadRowsF32(*wt_, r0, r1, dst);
+  }
+  // FP8 matrices: reads raw rows [r0, r1) ...
+  absl::Status ReadRaw(int64_t r0, int64_t r1) {
     const int64_t cols = wt_->row_elems();
-    raw_.resize(static_cast<size_t>((r1 - r0) * cols));
-    MOE_RETURN_IF_ERROR(wr_->ReadRange(wt_->file, wt_->offset + static_cast<uint64_t>(r0 * cols),
-                                       raw_.size(), raw_.data()));
-#pragma omp parallel for schedule(static) if ((r1 - r0) * cols >= (1 << 18))
-    for (int64_t r = r0; r < r1; ++r) {
+    raw_r0_ = r0;
+    // O_DIRECT (the input is read once; no page-cache copy or pollution).
+    MOE_ASSIGN_OR_RETURN(auto span, wr_->ReadRangeDirect(
+                                        wt_->file, wt_->offset + static_cast<uint64_t>(r0 * cols),
+                                        static_cast<uint64_t>((r1 - r0) * cols), &raw_buf_));
+    raw_ = span.data();
+    return absl::OkStatus();
+  }
+  // ... and decodes rows [a, b) of them (within the raw range); thread-safe.
+  void DecodeRaw(int64_t a, int64_t b, float* dst) const {
+    const int64_t cols = wt_->row_elems();
+    for (int64_t r = a; r < b; ++r) {
       const float* srow = scales_.data() + (r / kFp8BlockSize) * scale_cols_;
-      const uint8_t* q = raw_.data() + (r - r0) * cols;
-      float* d = dst + (r - r0) * cols;
+      const uint8_t* q = raw_ + (r - raw_r0_) * cols;
+      float* d = dst + (r - a) * cols;
       for (int64_t c = 0; c < cols; ++c) d[c] = table_[q[c]] * srow[c / kFp8BlockSize];
     }
-    return absl::OkStatus();
   }
   const TensorInfo& info() const { return *wt_; }
 
@@ -376,7 +387,9 @@ class SourceDecoder {
   std::vector<float> scales_;
   int64_t scale_cols_ = 1;
   float table_[256] = {};
-  std::vector<uint8_t> raw_;
+  AlignedBuffer raw_buf_;
+  const uint8_t* raw_ = nullptr;
+  int64_t raw_r0_ = 0;
 };
 
 LayoutTensor ToLayout(const PlanTensor& t) {
@@ -427,11 +440,45 @@ absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor
                           uint8_t* data, float* scales, std::vector<float>* slab) {
   SourceDecoder dec;
   MOE_RETURN_IF_ERROR(dec.Open(in, pt));
+  const int64_t rb = RowBytes(lt.format, lt.cols);
+  const int64_t ng = GroupsPerRow(lt.format, lt.cols);
+  if (dec.fp8_matrix()) {
+    // One parallel region per raw slab: each thread decodes a few rows into
+    // a cache-resident buffer and quantizes them right away (few barriers;
+    // dynamic chunks so a descheduled thread on a shared machine does not
+    // hold the others up).
+    constexpr int64_t kChunkRows = 16;
+    const int64_t raw_rows = std::max<int64_t>(kChunkRows, static_cast<int64_t>(kSlabBytes * 8) / lt.cols);
+    for (int64_t r0 = 0; r0 < lt.rows; r0 += raw_rows) {
+      const int64_t r1 = std::min(lt.rows, r0 + raw_rows);
+      MOE_RETURN_IF_ERROR(dec.ReadRaw(r0, r1));
+      absl::Status err;
+#pragma omp parallel if ((r1 - r0) * lt.cols >= (1 << 18))
+      {
+        std::vector<float> buf(static_cast<size_t>(kChunkRows * lt.cols));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c0 = r0; c0 < r1; c0 += kChunkRows) {
+          const int64_t c1 = std::min(r1, c0 + kChunkRows);
+          dec.DecodeRaw(c0, c1, buf.data());
+          absl::Status s = QuantizeMatrix(lt.format, buf.data(), c1 - c0, lt.cols, data + c0 * rb,
+                                          scales + c0 * ng, lt.name);
+          if (!s.ok()) {
+#pragma omp critical
+            if (err.ok()) {
+              err = absl::InvalidArgumentError(absl::StrCat(
+                  lt.name, ": FP8 weight decodes to a non-finite value (NaN code) in rows [", c0,
+                  ", ", c1, ")"));
+            }
+          }
+        }
+      }
+      MOE_RETURN_IF_ERROR(err);
+    }
+    return absl::OkStatus();
+  }
   const int64_t rows_per_slab =
       lt.shape.size() != 2 ? lt.rows
                            : std::max<int64_t>(1, static_cast<int64_t>(kSlabBytes / 4) / lt.cols);
-  const int64_t rb = RowBytes(lt.format, lt.cols);
-  const int64_t ng = GroupsPerRow(lt.format, lt.cols);
   for (int64_t r0 = 0; r0 < lt.rows; r0 += rows_per_slab) {
     const int64_t r1 = std::min(lt.rows, r0 + rows_per_slab);
     slab->resize(static_cast<size_t>((r1 - r0) * lt.cols));
@@ -457,7 +504,9 @@ absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputS
   if (fd < 0) return Errno("create", tmp);
   struct Closer {
     int fd;
-    ~Closer() { ::close(fd); }
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
   } closer{fd};
   const uint64_t total = layout.file_bytes();
   if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
@@ -466,6 +515,11 @@ absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputS
     if (::ftruncate(fd, static_cast<off_t>(total)) != 0) return Errno("truncate", tmp);
   }
   const uint64_t base = layout.data_start();
+  // Records go out with O_DIRECT (4 KiB-aligned buffer, offset and length):
+  // no page-cache copy, no writeback at fsync. Falls back to buffered writes
+  // where the file system refuses O_DIRECT (tmpfs).
+  const int dfd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+  Closer dcloser{dfd};
   std::vector<float> slab;
   std::vector<int> owner(layout.tensors.size(), -1);
   for (size_t r = 0; r < layout.records.size(); ++r) {
@@ -507,7 +561,7 @@ absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputS
       src_bytes += ps.tensors[p].source_bytes;
     }
     r.crc = crc32c::Mask(crc32c::Value(rec.data(), r.length));
-    MOE_RETURN_IF_ERROR(PWriteAll(fd, rec.data(), r.length, base + r.offset, tmp));
+    MOE_RETURN_IF_ERROR(PWriteAll(dfd >= 0 ? dfd : fd, rec.data(), r.length, base + r.offset, tmp));
     advanced(src_bytes);
   }
   MOE_ASSIGN_OR_RETURN(std::string final_header, RenderHeader(&layout));

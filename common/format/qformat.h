@@ -17,7 +17,7 @@
 //            4j+1 in bits 2-3, ... Pads with q = 0.
 //
 // Quantization recipe (classic symmetric absmax; bit-exact with
-// tools/quant_ref.py): over each row (q*_row) or each group of G consecutive
+// tools/format/quant_ref.py): over each row (q*_row) or each group of G consecutive
 // inputs of a row (q*_gG; the last group of a row may be shorter):
 //   scale = max(absmax / qmax, 1e-8)          (float32 arithmetic)
 //   q     = clamp(round_half_to_even(w / scale), -qmax - 1, qmax)

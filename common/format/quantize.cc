@@ -195,7 +195,7 @@ absl::Status QuantizeMatrix(QFormat f, const float* w, int64_t rows, int64_t col
 #pragma omp parallel if (rows * cols >= (1 << 18))
   {
     std::vector<int8_t> codes(static_cast<size_t>(cols) + 4);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; ++r) {
       int64_t col = -1;
       if (!QuantizeRowImpl(f, w + r * cols, cols, data + r * rb, scales + r * ng, &col,
@@ -217,7 +217,7 @@ void DequantizeMatrix(QFormat f, const uint8_t* data, const float* scales, int64
                       int64_t cols, float* out) {
   const int64_t rb = RowBytes(f, cols);
   const int64_t ng = GroupsPerRow(f, cols);
-#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 18))
+#pragma omp parallel for schedule(dynamic, 8) if (rows * cols >= (1 << 18))
   for (int64_t r = 0; r < rows; ++r) {
     DequantizeRow(f, data + r * rb, scales + r * ng, cols, out + r * cols);
   }

@@ -89,9 +89,11 @@ struct OpenOptions {
 
 class SafetensorsReader {
  public:
-  // `path` is a .safetensors file; a model.safetensors.index.json file; or a
-  // directory holding model.safetensors.index.json, or else one or more
-  // *.safetensors files (all are opened, in name order).
+  // `path` is a .safetensors file; a *.index.json file; or a directory
+  // holding model.safetensors.index.json (then exactly the shards its
+  // weight_map names are opened), or else one or more *.safetensors files
+  // (all are opened, in name order). Header parsing costs ~5 us per tensor
+  // (nlohmann_json; ~0.5 s for a 90k-tensor GLM-5 checkpoint).
   static absl::StatusOr<std::unique_ptr<SafetensorsReader>> Open(const std::string& path,
                                                                  const OpenOptions& options = {});
   ~SafetensorsReader();

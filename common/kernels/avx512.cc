@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/kernels/kernel_impl.h"
 
@@ -37,39 +38,75 @@ inline __m512 WeightLanes512(const Layout& L, const float* ws, int64_t u) {
   const float* p = ws + u * L.gpu;
   if (L.gpu == 1) return _mm512_set1_ps(p[0]);
   if (L.gpu == 2) {
-    const __m512 v = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))));
+    const __m512 v = _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), v);
   }
   const __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(p));
   return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), v);
 }
 
-// SPLIT: two int32 chains per row (units of many blocks, i.e. per-row
-// formats, where one dpbusd latency chain would bound the loop); single chain
-// for one-block units (fewer ops per unit; units overlap out of order).
-template <int BITS, int NR, bool SPLIT>
+// Weight-scale lanes of a unit whose groups all exist. GPU: groups per unit
+// (0 = per-row scale), a template constant so the hot loop has no branches.
+template <int GPU>
+inline __m512 FastLanes(const float* ws, int64_t u) {
+  if constexpr (GPU == 0) {
+    return _mm512_set1_ps(ws[0]);
+  } else if constexpr (GPU == 1) {
+    return _mm512_set1_ps(ws[u]);
+  } else if constexpr (GPU == 2) {
+    const __m512 v = _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ws + 2 * u))));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), v);
+  } else {
+    const __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(ws + 4 * u));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), v);
+  }
+}
+
+// One weight row against NR activation rows. SPLIT: two int32 chains per row
+// (units of many blocks, i.e. per-row formats, where one vpdpbusd latency
+// chain would bound the loop); single chain for one-block units. Units whose
+// blocks and groups are all complete take the FAST step (direct loads, no
+// tail checks); the rest (row tail) the general one. Both do the same
+// arithmetic, so the result does not depend on which step ran.
+template <int BITS, int NR, bool SPLIT, int GPU>
 inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const IdotActs& a,
                     int64_t r0, int64_t o, const Out& out) {
   alignas(64) uint8_t tmp[kBlockBytes];
   const __m512i mask = _mm512_set1_epi8(BITS == 4 ? 0x0F : 0x03);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const int8_t* xq[NR];
-  for (int r = 0; r < NR; ++r) xq[r] = a.q + (r0 + r) * L.act_stride;
+  const int32_t* cr[NR];
+  const float* xsr[NR];
+  for (int r = 0; r < NR; ++r) {
+    xq[r] = a.q + (r0 + r) * L.act_stride;
+    cr[r] = a.c + (r0 + r) * a.lane_stride;
+    xsr[r] = a.xs + (r0 + r) * a.lane_stride;
+  }
   __m512 facc[NR];
   for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
-  for (int64_t u = 0; u < L.nunits; ++u) {
+
+  auto step = [&](int64_t u, auto fast_tag) {
+    constexpr bool kFast = decltype(fast_tag)::value;
     __m512i acc[NR], acc2[NR];
     for (int r = 0; r < NR; ++r) {
-      acc[r] = _mm512_loadu_si512(a.c + (r0 + r) * a.lane_stride + u * kLanes);
-      acc2[r] = _mm512_setzero_si512();
+      acc[r] = _mm512_loadu_si512(cr[r] + u * kLanes);
+      if constexpr (SPLIT) acc2[r] = _mm512_setzero_si512();
     }
     const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
     for (int64_t b = b0; b < b1; ++b) {
-      const __m512i w = _mm512_loadu_si512(BlockPtr(row, b, L.row_bytes, tmp));
+      const uint8_t* blk = kFast ? row + b * kBlockBytes : BlockPtr(row, b, L.row_bytes, tmp);
+      const __m512i w = _mm512_loadu_si512(blk);
       if constexpr (BITS == 8) {
         const __m512i wu = _mm512_xor_si512(w, flip);
-        for (int r = 0; r < NR; ++r)
+        for (int r = 0; r < NR; ++r) {
+          if constexpr (SPLIT) {
+            if (b & 1) {
+              acc2[r] = _mm512_dpbusd_epi32(acc2[r], wu, _mm512_loadu_si512(xq[r] + b * 64));
+              continue;
+            }
+          }
           acc[r] = _mm512_dpbusd_epi32(acc[r], wu, _mm512_loadu_si512(xq[r] + b * 64));
+        }
       } else if constexpr (BITS == 4) {
         const __m512i lo = _mm512_and_si512(w, mask);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
@@ -97,30 +134,48 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
         }
       }
     }
-    const __m512 wl = WeightLanes512(L, ws, u);
+    const __m512 wl = kFast ? FastLanes<GPU>(ws, u) : WeightLanes512(L, ws, u);
     for (int r = 0; r < NR; ++r) {
       const __m512i p = SPLIT ? _mm512_add_epi32(acc[r], acc2[r]) : acc[r];
-      const __m512 sc = _mm512_mul_ps(wl, _mm512_loadu_ps(a.xs + (r0 + r) * a.lane_stride + u * kLanes));
+      const __m512 sc = _mm512_mul_ps(wl, _mm512_loadu_ps(xsr[r] + u * kLanes));
       facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, facc[r]);
     }
-  }
+  };
+
+  // Units whose blocks are all full (then their groups all exist too).
+  int64_t fast = (L.row_bytes / kBlockBytes) / L.unit_blocks;
+  if (!L.per_row) fast = std::min<int64_t>(fast, L.gpr / L.gpu);
+  int64_t u = 0;
+  for (; u < fast; ++u) step(u, std::true_type{});
+  for (; u < L.nunits; ++u) step(u, std::false_type{});
   for (int r = 0; r < NR; ++r) Store(out, r0 + r, o, Reduce(facc[r]));
 }
 
-template <int BITS, bool SPLIT>
+template <int BITS, bool SPLIT, int GPU>
 void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w.data + o * L.row_bytes;
     const float* ws = w.scales + o * L.gpr;
     int64_t r = 0;
-    for (; r + 4 <= s; r += 4) IdotRow<BITS, 4, SPLIT>(L, row, ws, a, r, o, out);
+    for (; r + 4 <= s; r += 4) IdotRow<BITS, 4, SPLIT, GPU>(L, row, ws, a, r, o, out);
     switch (s - r) {
-      case 3: IdotRow<BITS, 3, SPLIT>(L, row, ws, a, r, o, out); break;
-      case 2: IdotRow<BITS, 2, SPLIT>(L, row, ws, a, r, o, out); break;
-      case 1: IdotRow<BITS, 1, SPLIT>(L, row, ws, a, r, o, out); break;
+      case 3: IdotRow<BITS, 3, SPLIT, GPU>(L, row, ws, a, r, o, out); break;
+      case 2: IdotRow<BITS, 2, SPLIT, GPU>(L, row, ws, a, r, o, out); break;
+      case 1: IdotRow<BITS, 1, SPLIT, GPU>(L, row, ws, a, r, o, out); break;
       default: break;
     }
+  }
+}
+
+template <int BITS, bool SPLIT>
+void IdotGpu(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
+             int64_t o1, const Out& out) {
+  if (L.per_row) return IdotImpl<BITS, SPLIT, 0>(L, w, a, s, o0, o1, out);
+  switch (L.gpu) {
+    case 1: return IdotImpl<BITS, SPLIT, 1>(L, w, a, s, o0, o1, out);
+    case 2: return IdotImpl<BITS, SPLIT, 2>(L, w, a, s, o0, o1, out);
+    default: return IdotImpl<BITS, SPLIT, 4>(L, w, a, s, o0, o1, out);
   }
 }
 
@@ -128,9 +183,9 @@ void Idot(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64
           const Out& out) {
   const bool split = L.unit_blocks > 1;
   switch (L.bits) {
-    case 8: return IdotImpl<8, false>(L, w, a, s, o0, o1, out);
-    case 4: return split ? IdotImpl<4, true>(L, w, a, s, o0, o1, out) : IdotImpl<4, false>(L, w, a, s, o0, o1, out);
-    default: return split ? IdotImpl<2, true>(L, w, a, s, o0, o1, out) : IdotImpl<2, false>(L, w, a, s, o0, o1, out);
+    case 8: return split ? IdotGpu<8, true>(L, w, a, s, o0, o1, out) : IdotGpu<8, false>(L, w, a, s, o0, o1, out);
+    case 4: return split ? IdotGpu<4, true>(L, w, a, s, o0, o1, out) : IdotGpu<4, false>(L, w, a, s, o0, o1, out);
+    default: return split ? IdotGpu<2, true>(L, w, a, s, o0, o1, out) : IdotGpu<2, false>(L, w, a, s, o0, o1, out);
   }
 }
 

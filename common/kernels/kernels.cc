@@ -3,6 +3,7 @@
 // loops live in scalar.cc / avx2.cc / avx512.cc.
 #include "common/kernels/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -128,14 +129,16 @@ absl::Status Kernels::Run(const QMatrix& w, const QMatrix* w2, const float* x, i
   if (mode == 1) sc.gate.resize(static_cast<size_t>(s * w.rows));
 
   const int64_t O = w.rows;
-  const int T = pool_->size();
+  // Tasks of `chunk` rows (about 8 per thread, >= 16 rows) handed out
+  // dynamically; every row is computed identically whichever thread runs it.
+  const int64_t chunk = std::max<int64_t>(16, (O + 8 * pool_->size() - 1) / (8 * pool_->size()));
+  const int64_t ntasks = (O + chunk - 1) / chunk;
   auto run_rows = [&](const QMatrix& m, int64_t o0, int64_t o1, const Out& out) {
     if (path == Path::kIdot) table.idot(L, m, ia, s, o0, o1, out);
     else table.fdot(L, m, fa, s, o0, o1, out);
   };
-  pool_->Run([&](int t) {
-    const int64_t o0 = O * t / T, o1 = O * (t + 1) / T;
-    if (o0 >= o1) return;
+  pool_->ParallelFor(ntasks, [&](int64_t t) {
+    const int64_t o0 = t * chunk, o1 = std::min(O, o0 + chunk);
     if (mode == 1) {
       run_rows(w, o0, o1, Out{sc.gate.data(), O, nullptr});
       run_rows(*w2, o0, o1, Out{y, O, nullptr});

@@ -16,52 +16,67 @@ inline void CpuRelax() {
 }  // namespace
 
 ThreadPool::ThreadPool(int threads, int spin_us) : spin_us_(spin_us) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  // Workers start from generation 0 (not whatever they read when the OS gets
+  // round to starting them), so a job or a stop issued before then is seen.
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
-  stop_.store(true, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  stop_.store(true);
+  generation_.fetch_add(1);
   generation_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::RunImpl(Thunk thunk, void* ctx) {
-  thunk_ = thunk;
-  ctx_ = ctx;
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: pairs with the sleeper check below
-  if (sleepers_.load() > 0) generation_.notify_all();
-  thunk(ctx, 0);
-  // Spin for the stragglers; yield now and then so an oversubscribed CPU
-  // (more runnable threads than cores) can run the worker we wait for.
-  for (int n = 1; pending_.load(std::memory_order_acquire) != 0; ++n) {
-    CpuRelax();
-    if ((n & 1023) == 0) std::this_thread::yield();
+void ThreadPool::Drain() {
+  for (;;) {
+    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= tasks_) return;
+    thunk_(ctx_, i);
   }
 }
 
-void ThreadPool::WorkerLoop(int index) {
+// Protocol (all seq_cst): a worker announces itself (active_++) BEFORE it
+// checks open_; the caller closes (open_ = false) BEFORE it waits for
+// active_ == 0. So a worker either is counted and the caller waits for it,
+// or sees the job closed and never touches thunk_/ctx_.
+void ThreadPool::RunImpl(Thunk thunk, void* ctx, int64_t n) {
+  thunk_ = thunk;
+  ctx_ = ctx;
+  tasks_ = n;
+  next_.store(0);
+  open_.store(true);
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) generation_.notify_all();
+  Drain();
+  open_.store(false);
+  // Workers still counted are running a task (or about to leave): short wait.
+  for (int k = 1; active_.load() != 0; ++k) {
+    CpuRelax();
+    if ((k & 1023) == 0) std::this_thread::yield();
+  }
+}
+
+void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    if (gen == seen) {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
-      int n = 0;
-      while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
-        CpuRelax();
-        if ((++n & 255) == 0 && std::chrono::steady_clock::now() > deadline) {
-          sleepers_.fetch_add(1);
-          // Re-check after announcing: RunImpl notifies only if it sees sleepers.
-          if (generation_.load() == seen) generation_.wait(seen);
-          sleepers_.fetch_sub(1, std::memory_order_acq_rel);
-        }
+    uint64_t gen;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    int n = 0;
+    while ((gen = generation_.load()) == seen) {
+      CpuRelax();
+      if ((++n & 255) == 0 && std::chrono::steady_clock::now() > deadline) {
+        sleepers_.fetch_add(1);
+        // Re-check after announcing: RunImpl notifies only if it sees sleepers.
+        if (generation_.load() == seen) generation_.wait(seen);
+        sleepers_.fetch_sub(1);
       }
     }
     seen = gen;
-    if (stop_.load(std::memory_order_acquire)) return;
-    thunk_(ctx_, index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (stop_.load()) return;
+    active_.fetch_add(1);
+    if (open_.load()) Drain();
+    active_.fetch_sub(1);
   }
 }
 

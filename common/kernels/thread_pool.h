@@ -6,10 +6,13 @@
 // atomic generation counter for `spin_us` after each job and only then sleep
 // (std::atomic::wait, a futex). Measured per-call overhead: docs/BENCHMARKS.md.
 //
-// Contract: Run(fn) calls fn(t) once for every t in [0, size()), t = 0 on the
-// calling thread, and returns when all calls have returned. Which thread runs
-// which t is fixed, so work split by t is deterministic.
-// Thread safety: Run must not be called concurrently or re-entrantly.
+// Contract: ParallelFor(n, fn) calls fn(i) exactly once for every task i in
+// [0, n) and returns when all calls have returned. Tasks are handed out
+// dynamically (an atomic counter): the caller takes tasks too, and a worker
+// that wakes late (CPU oversubscribed) finds the job finished and never
+// delays the caller. Which thread runs a task must not matter to the result
+// (the kernels compute every output element identically on any thread).
+// Thread safety: ParallelFor must not be called concurrently or re-entrantly.
 #pragma once
 
 #include <atomic>
@@ -29,24 +32,28 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   template <typename F>
-  void Run(F&& fn) {
-    if (workers_.empty()) {
-      fn(0);
+  void ParallelFor(int64_t n, F&& fn) {
+    if (workers_.empty() || n <= 1) {
+      for (int64_t i = 0; i < n; ++i) fn(i);
       return;
     }
-    RunImpl([](void* ctx, int t) { (*static_cast<F*>(ctx))(t); }, &fn);
+    RunImpl([](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); }, &fn, n);
   }
 
  private:
-  using Thunk = void (*)(void*, int);
-  void RunImpl(Thunk thunk, void* ctx);
-  void WorkerLoop(int index);
+  using Thunk = void (*)(void*, int64_t);
+  void RunImpl(Thunk thunk, void* ctx, int64_t n);
+  void Drain();  // takes tasks until none are left
+  void WorkerLoop();
 
   int spin_us_;
   Thunk thunk_ = nullptr;
   void* ctx_ = nullptr;
+  int64_t tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+  std::atomic<bool> open_{false};   // job accepts new participants
+  std::atomic<int> active_{0};      // workers inside the current job
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::vector<std::thread> workers_;

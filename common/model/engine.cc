@@ -54,11 +54,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
   LoadOptions lo;
   lo.load_mtp = cfg.load_mtp;
   MOE_ASSIGN_OR_RETURN(auto weights, LoadResidentWeights(*e->ck_, c, lo));
+  if (cfg.dense_format) MOE_RETURN_IF_ERROR(RequantizeDense(*weights, *cfg.dense_format));
   MOE_RETURN_IF_ERROR(ValidateExperts(*e->ck_, c, weights->mtp != nullptr));
   const HfCheckpoint* ck = e->ck_.get();
   const ModelConfig cc = c;
   e->store_ = std::make_unique<InProcessExpertStore>(
-      [ck, cc](int layer, int expert) { return LoadExpertFromCheckpoint(*ck, cc, layer, expert); },
+      [ck, cc, fmt = cfg.expert_format](int layer, int expert) -> absl::StatusOr<OwnedExpert> {
+        MOE_ASSIGN_OR_RETURN(OwnedExpert x, LoadExpertFromCheckpoint(*ck, cc, layer, expert));
+        if (fmt) {
+          for (OwnedMatrix* m : {&x.gate, &x.up, &x.down}) MOE_RETURN_IF_ERROR(Requantize(*m, *fmt, "expert"));
+        }
+        return x;
+      },
       cfg.expert_budget_bytes);
   EngineOptions opt;
   opt.numerics = cfg.numerics.value_or(c.dtype == "float32" ? Numerics::kF32 : Numerics::kHfBf16);

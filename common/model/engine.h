@@ -28,6 +28,10 @@ struct EngineConfig {
   AttentionPath attention = AttentionPath::kExplicit;
   KvDtype kv_dtype = KvDtype::kF32;
   bool load_mtp = true;
+  // Re-store weights at load (quality experiments; `moe convert` is the
+  // production path): routed experts and/or dense projections.
+  std::optional<QFormat> expert_format;
+  std::optional<QFormat> dense_format;
 };
 
 struct MemoryPlan {

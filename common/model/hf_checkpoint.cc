@@ -121,7 +121,20 @@ absl::StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::OpenFile(const std::
   return ck;
 }
 
-// Fp8E4M3ToF32 is moe_format's (common/format/dtype.cc): one definition per program.
+namespace {
+float Fp8ToF32(uint8_t v) {
+  const int s = v >> 7, e = (v >> 3) & 15, m = v & 7;
+  float r;
+  if (e == 15 && m == 7) {
+    r = NAN;
+  } else if (e == 0) {
+    r = std::ldexp(static_cast<float>(m), -9);
+  } else {
+    r = std::ldexp(1.0f + m / 8.0f, e - 7);
+  }
+  return s ? -r : r;
+}
+}  // namespace
 
 absl::Status DecodeToF32(const std::string& dtype, const uint8_t* src, int64_t n, float* out) {
   if (dtype == "F32") {
@@ -144,7 +157,7 @@ absl::Status DecodeToF32(const std::string& dtype, const uint8_t* src, int64_t n
       out[i] = s ? -r : r;
     }
   } else if (dtype == "F8_E4M3") {
-    for (int64_t i = 0; i < n; ++i) out[i] = Fp8E4M3ToF32(src[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = Fp8ToF32(src[i]);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", dtype));
   }

@@ -59,6 +59,5 @@ class HfCheckpoint {
 
 // Decodes `n` elements of a tensor in dtype into f32.
 absl::Status DecodeToF32(const std::string& dtype, const uint8_t* src, int64_t n, float* out);
-float Fp8E4M3ToF32(uint8_t v);
 
 }  // namespace moe

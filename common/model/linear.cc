@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "common/format/quantize.h"
 #include "common/model/bf16.h"
 
 namespace moe {
@@ -22,7 +23,6 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
   const int64_t n = w.cols;
   const uint8_t* row = w.data + r * RowBytes(w.format, n);
-  const QFormatInfo& info = Info(w.format);
   switch (w.format) {
     case QFormat::kF32:
       std::memcpy(out, row, n * 4);
@@ -35,21 +35,7 @@ void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
     default:
       break;
   }
-  const int64_t g = GroupSize(w.format, n);
-  const float* sc = w.scales + r * GroupsPerRow(w.format, n);
-  for (int64_t i = 0; i < n; ++i) {
-    int q;
-    if (info.bits == 8) {
-      q = static_cast<int8_t>(row[i]);
-    } else if (info.bits == 4) {
-      const uint8_t b = row[i / 2];
-      q = ((i & 1) ? (b >> 4) : (b & 15)) - 8;
-    } else {
-      const uint8_t b = row[i / 4];
-      q = ((b >> (2 * (i % 4))) & 3) - 2;
-    }
-    out[i] = static_cast<float>(q) * sc[i / g];
-  }
+  DequantizeRow(w.format, row, w.scales + r * GroupsPerRow(w.format, n), n, out);
 }
 
 void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/model/bf16.h"
 #include "common/model/linear.h"
@@ -63,7 +64,30 @@ double LogProb(const float* logits, int64_t n, int32_t id) {
 }
 
 Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, EngineOptions opt)
-    : config_(std::move(config)), weights_(std::move(weights)), experts_(experts), opt_(opt) {}
+    : config_(std::move(config)), weights_(std::move(weights)), experts_(experts), opt_(opt) {
+  if (opt_.use_kernels) {
+    kernels::KernelConfig kc;
+    kc.path = opt_.kernel_path;
+    kc.threads = opt_.kernel_threads;
+    auto k = kernels::Kernels::Create(kc);
+    if (k.ok()) {
+      kernels_ = std::move(*k);
+    } else {
+      MOE_LOG(WARNING) << "kernels unavailable, using the reference matmul: " << k.status().message();
+    }
+  }
+}
+
+void Model::Mm(const WeightMatrix& w, const float* x, int64_t S, float* y) const {
+  if (kernels_ && Info(w.format).integer) {
+    kernels::QMatrix q{w.format, w.rows, w.cols, w.data, w.scales};
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    const absl::Status st = kernels_->Matmul(q, x, S, y);
+    if (st.ok()) return;
+    MOE_LOG(WARNING) << "kernel matmul failed, using the reference: " << st.message();
+  }
+  Linear(w, x, S, y);
+}
 
 float Model::R(float v) const { return opt_.numerics == Numerics::kHfBf16 ? RoundBF16(v) : v; }
 
@@ -73,7 +97,7 @@ void Model::RoundAll(float* x, int64_t n) const {
 }
 
 void Model::LinearR(const OwnedMatrix& w, const float* x, int64_t S, float* y) const {
-  Linear(w.m, x, S, y);
+  Mm(w.m, x, S, y);
   RoundAll(y, S * w.m.rows);
 }
 
@@ -141,7 +165,7 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
     for (int64_t j = 0; j < ih; ++j) Rope(q.data() + (s * ih + j) * id, P0 + s, c.indexer_rope_interleave);
     cache.Append(cache_layer, KvCache::kIndexKey, ks);
   }
-  Linear(lw.idx_wp.m, a, S, w.data());  // f32 weights_proj on upcast input
+  Mm(lw.idx_wp.m, a, S, w.data());  // f32 weights_proj on upcast input
   const float wscale = static_cast<float>(std::pow(static_cast<double>(ih), -0.5));
   for (float& v : w) v *= wscale;
   (void)H;
@@ -269,7 +293,8 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
         float mx = -INFINITY;
         for (size_t i = 0; i < keys.size(); ++i) {
           const int64_t t = keys[i];
-          sc[i] = (DotF(ql.data(), lats.data() + t * rkv, rkv) + DotF(qh + dn, kpe.data() + t * dr, dr)) * scale;
+          // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
+          sc[i] = R(R(DotF(ql.data(), lats.data() + t * rkv, rkv) + DotF(qh + dn, kpe.data() + t * dr, dr)) * scale);
           mx = std::max(mx, sc[i]);
         }
         float sum = 0;
@@ -278,7 +303,7 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
           sum += v;
         }
         for (size_t i = 0; i < keys.size(); ++i) {
-          const float p = sc[i] / sum;
+          const float p = R(sc[i] / sum);
           const float* cl = lats.data() + keys[i] * rkv;
           for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
         }
@@ -296,7 +321,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   const int64_t H = c.hidden_size;
   const int E = c.n_routed_experts, K = c.num_experts_per_tok, G = c.n_group, per = E / G;
   std::vector<float> logits(S * E);
-  Linear(lw.router.m, x, S, logits.data());
+  Mm(lw.router.m, x, S, logits.data());
   Trace(absl::StrCat("layers.", lw.index, ".router.logits"), logits.data(), S * E);
   std::vector<std::vector<std::pair<int, float>>> routes(S);  // (expert, weight)
   std::vector<int> users(E, 0);
@@ -366,10 +391,10 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     const int64_t n = static_cast<int64_t>(rows.size());
     std::vector<float> xin(n * H), g(n * Im), u(n * Im), y(n * H);
     for (int64_t i = 0; i < n; ++i) std::memcpy(xin.data() + i * H, x + rows[i] * H, H * sizeof(float));
-    Linear(ew.gate, xin.data(), n, g.data());
-    Linear(ew.up, xin.data(), n, u.data());
+    Mm(ew.gate, xin.data(), n, g.data());
+    Mm(ew.up, xin.data(), n, u.data());
     for (int64_t i = 0; i < n * Im; ++i) g[i] = R(R(Silu(R(g[i]))) * R(u[i]));
-    Linear(ew.down, g.data(), n, y.data());
+    Mm(ew.down, g.data(), n, y.data());
     for (int64_t i = 0; i < n; ++i) {
       float* dst = slot.data() + slots[i] * H;
       for (int64_t d = 0; d < H; ++d) dst[d] = R(y[i * H + d]) * rw[i];

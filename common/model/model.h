@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <span>
@@ -30,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
+#include "common/kernels/kernels.h"
 #include "common/model/expert_source.h"
 #include "common/model/kv_cache.h"
 #include "common/model/weights.h"
@@ -42,6 +44,12 @@ enum class AttentionPath { kExplicit, kAbsorbed };
 struct EngineOptions {
   Numerics numerics = Numerics::kHfBf16;
   AttentionPath attention = AttentionPath::kExplicit;
+  // Integer-format (quantized) matrices run on common/kernels with this
+  // path (kAuto = the kernels' default: int8-activation IDOT); f32/bf16
+  // matrices always use the reference Linear (HF-exact accumulation).
+  bool use_kernels = true;
+  kernels::Path kernel_path = kernels::Path::kAuto;
+  int kernel_threads = 0;
 };
 
 struct ForwardResult {
@@ -95,6 +103,8 @@ class Model {
            float* out) const;
   void RmsNorm(const float* x, int64_t S, int64_t n, const std::vector<float>& w, double eps, float* out) const;
   void LinearR(const OwnedMatrix& w, const float* x, int64_t S, float* y) const;
+  // The single matmul call site: kernels for integer formats, Linear otherwise.
+  void Mm(const WeightMatrix& w, const float* x, int64_t S, float* y) const;
   void Rope(float* x, int64_t pos, bool interleaved) const;
   float R(float v) const;
   void RoundAll(float* x, int64_t n) const;
@@ -104,6 +114,8 @@ class Model {
   ExpertSource* experts_;
   EngineOptions opt_;
   TraceFn trace_;
+  std::unique_ptr<kernels::Kernels> kernels_;  // calls serialized by kernels_mu_
+  mutable std::mutex kernels_mu_;
   void Trace(const std::string& name, const float* d, int64_t n) const {
     if (trace_) trace_(name, d, n);
   }

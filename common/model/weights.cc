@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/base/status.h"
+#include "common/format/quantize.h"
 #include "common/model/bf16.h"
 
 namespace moe {
@@ -209,6 +210,40 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckp
     w->mtp = std::move(m);
   }
   return w;
+}
+
+absl::Status Requantize(OwnedMatrix& m, QFormat f, std::string_view what) {
+  if (m.m.format == f || m.m.rows == 0) return absl::OkStatus();
+  const int64_t R = m.m.rows, C = m.m.cols;
+  std::vector<float> w(R * C);
+  for (int64_t r = 0; r < R; ++r) DequantRow(m.m, r, w.data() + r * C);
+  OwnedMatrix q;
+  q.m.format = f;
+  q.m.rows = R;
+  q.m.cols = C;
+  q.data.resize(DataBytes(f, R, C));
+  q.scales.resize(ScaleBytes(f, R, C) / sizeof(float));
+  MOE_RETURN_IF_ERROR(QuantizeMatrix(f, w.data(), R, C, q.data.data(), q.scales.data(), what));
+  q.m.data = q.data.data();
+  q.m.scales = q.scales.empty() ? nullptr : q.scales.data();
+  m = std::move(q);
+  return absl::OkStatus();
+}
+
+absl::Status RequantizeDense(ModelWeights& w, QFormat f) {
+  auto layer = [&](LayerWeights& l) -> absl::Status {
+    for (OwnedMatrix* m : {&l.q_a, &l.q_b, &l.kv_a, &l.kv_b, &l.o, &l.idx_wq_b, &l.idx_wk, &l.gate, &l.up, &l.down,
+                           &l.sh_gate, &l.sh_up, &l.sh_down}) {
+      MOE_RETURN_IF_ERROR(Requantize(*m, f, absl::StrCat("layer ", l.index)));
+    }
+    return absl::OkStatus();
+  };
+  for (auto& l : w.layers) MOE_RETURN_IF_ERROR(layer(l));
+  if (w.mtp) {
+    MOE_RETURN_IF_ERROR(layer(w.mtp->layer));
+    MOE_RETURN_IF_ERROR(Requantize(w.mtp->eh_proj, f, "eh_proj"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, const ModelConfig& c, int layer, int e) {

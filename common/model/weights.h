@@ -75,6 +75,14 @@ struct LoadOptions {
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckpoint& ck, const ModelConfig& c,
                                                                    const LoadOptions& opt = {});
 
+// Re-stores a matrix in `f` (quantizing its current values); no-op if it
+// already has that format.
+absl::Status Requantize(OwnedMatrix& m, QFormat f, std::string_view what);
+// Requantizes every dense (non-expert) projection of the resident set: the
+// attention, indexer wq_b/wk, dense MLP and shared-expert matrices. The
+// embedding, lm_head, router and indexer weights_proj stay as stored.
+absl::Status RequantizeDense(ModelWeights& w, QFormat f);
+
 // An owned expert (three matrices).
 struct OwnedExpert {
   OwnedMatrix gate, up, down;

@@ -8,14 +8,24 @@
 namespace moe::text {
 namespace {
 
-// One match-data block per thread, big enough for the whole-match pair.
-struct ThreadMatchData {
+// Per-thread match state: match data for the whole-match pair, and a JIT stack that can
+// grow to 8 MiB (the default 32 KiB can run out on long pieces with backtracking patterns).
+struct ThreadMatchState {
   pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
-  ~ThreadMatchData() { pcre2_match_data_free(md); }
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+  pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+  ThreadMatchState() {
+    if (ctx != nullptr && stack != nullptr) pcre2_jit_stack_assign(ctx, nullptr, stack);
+  }
+  ~ThreadMatchState() {
+    pcre2_match_context_free(ctx);
+    pcre2_jit_stack_free(stack);
+    pcre2_match_data_free(md);
+  }
 };
-pcre2_match_data* MatchData() {
-  thread_local ThreadMatchData t;
-  return t.md;
+ThreadMatchState& MatchState() {
+  thread_local ThreadMatchState t;
+  return t;
 }
 
 size_t CharLen(std::string_view s, size_t i) {
@@ -63,14 +73,21 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 void Regex::FindAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* out) const {
   auto* code = static_cast<pcre2_code*>(code_);
-  pcre2_match_data* md = MatchData();
+  ThreadMatchState& st = MatchState();
+  pcre2_match_data* md = st.md;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   size_t last_match_end = static_cast<size_t>(-1);
   while (pos <= text.size()) {
-    const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md, nullptr)
-                        : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-    if (rc < 0) break;  // PCRE2_ERROR_NOMATCH (or a resource limit: treat as no further match)
+    int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md, st.ctx)
+                  : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, st.ctx);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && jit_) {
+      // JIT resource limit: retry with the interpreter (heap-based backtracking).
+      rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, st.ctx);
+    }
+    // No further match. (A resource limit of the interpreter too leaves the rest of the
+    // piece unsplit -- text is never lost; no pattern in the supported files comes close.)
+    if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t s = ov[0], e = ov[1];
     if (s == e && s == last_match_end) {

@@ -86,8 +86,7 @@ absl::StatusOr<std::string> ReadFileMaybeGzip(const std::string& path) {
   return out;
 }
 
-absl::Status ParsePost(const json& j, std::vector<std::vector<int32_t>>* steps,
-                       const std::function<int32_t(const std::string&)>& id_of) {
+absl::Status ParsePost(const json& j, std::vector<std::vector<int32_t>>* steps) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
     return absl::InvalidArgumentError("post_processor: expected an object with a string 'type'");
@@ -98,7 +97,7 @@ absl::Status ParsePost(const json& j, std::vector<std::vector<int32_t>>* steps,
     if (!j.contains("processors") || !j["processors"].is_array()) {
       return absl::InvalidArgumentError("post_processor Sequence: missing 'processors' array");
     }
-    for (const auto& p : j["processors"]) MOE_RETURN_IF_ERROR(ParsePost(p, steps, id_of));
+    for (const auto& p : j["processors"]) MOE_RETURN_IF_ERROR(ParsePost(p, steps));
     return absl::OkStatus();
   }
   if (type == "TemplateProcessing") {
@@ -214,8 +213,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
       }
     }
     std::vector<std::vector<int32_t>> steps;
-    auto id_of = [&](const std::string& s) { return t->TokenToId(s); };
-    if (auto s = ParsePost(j.value("post_processor", json()), &steps, id_of); !s.ok()) return fail(s);
+    if (auto s = ParsePost(j.value("post_processor", json()), &steps); !s.ok()) return fail(s);
     for (auto& st : steps) t->post_.push_back(PostStep{std::move(st)});
   } catch (const json::exception& e) {
     return fail(absl::InvalidArgumentError(absl::StrCat("unexpected JSON shape: ", e.what())));
@@ -275,7 +273,7 @@ void Tokenizer::SplitAdded(std::string_view s, const Matcher& m, bool parse_spec
         if (!IsRustWhitespace(cp)) break;
         stop += n;
       }
-      i = stop;
+      // HF's matcher resumes at the end of the match proper, not after the stripped spaces.
     }
     if (start_offset < start) out->emplace_back(s.substr(start_offset, start - start_offset), -1);
     out->emplace_back(s.substr(start, stop - start), tok.id);

@@ -14,6 +14,9 @@
 // skip_special) -> ByteLevel decoder (per token: byte-alphabet chars -> bytes, or the
 // token's own UTF-8 when it has other chars) -> lossy UTF-8 (U+FFFD per maximal subpart).
 // Unknown ids are skipped (as HF). Any unsupported component is an error naming it.
+// Known limit: Unicode tables come from PCRE2 10.42 / ICU 72 (Unicode 14/15); HF uses
+// Oniguruma and Rust crates with their own Unicode versions, so code points assigned in
+// recent Unicode versions may be classified differently (none in the goldens).
 // Thread safety: a loaded Tokenizer is immutable except for the BPE piece cache, which is
 // internally locked; Encode/Decode may be called from many threads.
 #pragma once

@@ -189,6 +189,7 @@ TEST_F(FormatConvertTest, PolicyFormatsAndCensus) {
   EXPECT_EQ(src->by_group["experts"].tensors, 24);
   EXPECT_EQ(src->by_group.count("unknown"), 0u);
   EXPECT_NE(CensusJson(*census).find("\"by_role\""), std::string::npos);
+  EXPECT_NE(CensusText(*census).find("16 expert records"), std::string::npos);
 
   // dense-int4 switch + an override.
   ConvertPolicy p = *ConvertPolicy::Named("dense-int4");

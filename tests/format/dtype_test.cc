@@ -135,6 +135,31 @@ TEST(DTypeTest, F32ToBf16RoundsToNearestEvenLikeMlDtypes) {
   }
 }
 
+TEST(DTypeTest, BulkDecodersMatchScalarDecodersForEveryCode) {
+  // DecodeToF32 uses branch-free vectorizable forms; they must be
+  // bit-identical (NaN payloads included) to the scalar decoders above.
+  std::vector<uint8_t> codes(2 * 65536 + 1);
+  for (uint32_t c = 0; c < 65536; ++c) {
+    codes[1 + 2 * c] = static_cast<uint8_t>(c);
+    codes[2 + 2 * c] = static_cast<uint8_t>(c >> 8);
+  }
+  std::vector<float> out(65536);
+  DecodeToF32(DType::kF16, codes.data() + 1, 65536, out.data());
+  for (uint32_t c = 0; c < 65536; ++c) {
+    ASSERT_EQ(F32ToBits(out[c]), F32ToBits(F16ToF32(static_cast<uint16_t>(c)))) << std::hex << c;
+  }
+  DecodeToF32(DType::kBF16, codes.data() + 1, 65536, out.data());
+  for (uint32_t c = 0; c < 65536; ++c) {
+    ASSERT_EQ(F32ToBits(out[c]), F32ToBits(Bf16ToF32(static_cast<uint16_t>(c)))) << std::hex << c;
+  }
+  std::vector<uint8_t> fp8(256);
+  for (int c = 0; c < 256; ++c) fp8[c] = static_cast<uint8_t>(c);
+  DecodeToF32(DType::kF8E4M3, fp8.data(), 256, out.data());
+  for (int c = 0; c < 256; ++c) {
+    ASSERT_EQ(F32ToBits(out[c]), F32ToBits(Fp8E4M3ToF32(static_cast<uint8_t>(c)))) << std::hex << c;
+  }
+}
+
 TEST(DTypeTest, DecodeToF32AllTypesUnalignedSource) {
   // One byte of offset so every multi-byte load is unaligned.
   auto check = [](DType d, const std::vector<uint8_t>& bytes, const std::vector<float>& want) {

@@ -18,6 +18,7 @@ struct Case {
   int64_t budget;  // expert cache bytes; 0 = evict on every layer
   AttentionPath path;
   KvDtype kv = KvDtype::kF32;
+  Numerics numerics = Numerics::kHfBf16;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -32,7 +33,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& i) {
   }
   return m + (i.param.budget == 0 ? "_evict_all" : i.param.budget < (1 << 20) ? "_small_budget" : "_unbounded") +
          (i.param.path == AttentionPath::kExplicit ? "_explicit" : "_absorbed") +
-         (i.param.kv == KvDtype::kF32 ? "" : "_kvbf16");
+         (i.param.kv == KvDtype::kF32 ? "" : "_kvbf16") + (i.param.numerics == Numerics::kF32 ? "_f32" : "");
 }
 
 class OracleTest : public ::testing::TestWithParam<Case> {};
@@ -45,25 +46,40 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
   ec.expert_budget_bytes = p.budget;
   ec.attention = p.path;
   ec.kv_dtype = p.kv;
+  ec.numerics = p.numerics;
   auto eng = Engine::Open(OracleDir(p.model), ec);
   ASSERT_TRUE(eng.ok()) << eng.status();
-  const int64_t V = (*eng)->config().vocab_size;
-  const bool exact = p.path == AttentionPath::kExplicit;
-  int greedy_total = 0, greedy_equal = 0;
+  // Exact mode (explicit attention, HF BF16 numerics) must reproduce HF
+  // token for token. Other modes (absorbed attention, f32 activations) use
+  // different rounding points; they must be at least as close to the HF-BF16
+  // goldens as HF itself is when run in f32 (recorded in sanity), and may
+  // only diverge at near-ties.
+  const bool exact = p.path == AttentionPath::kExplicit && p.numerics == Numerics::kHfBf16;
+  const auto& sanity = g["sanity"];
+  const double near_tie = sanity.value("near_tie_margin", 0.25);
+  int hf32_greedy = 0;
+  for (int a : sanity["f32_greedy_agree"].get<std::vector<int>>()) hf32_greedy += a;
+  const auto hf32_tf = sanity["f32_teacher_forced_argmax_agree"].get<std::vector<int>>();
+  int greedy_total = 0, greedy_equal = 0, tf_total = 0, tf_equal = 0;
   for (const auto& pr : g["prompts"]) {
     const auto prompt = Ids(pr["ids"]);
     const auto want = Ids(pr["greedy"]["tokens"]);
+    const auto gmargin = pr["greedy"]["margin"].get<std::vector<double>>();
     KvCache cache = (*eng)->NewCache();
-    SamplingParams sp;
-    auto r = (*eng)->Generate(prompt, static_cast<int64_t>(want.size()), sp, cache);
+    auto r = (*eng)->Generate(prompt, static_cast<int64_t>(want.size()), SamplingParams{}, cache);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->tokens.size(), want.size());
-    int eq = 0;
-    for (size_t i = 0; i < want.size(); ++i) eq += r->tokens[i] == want[i];
+    size_t first_diff = want.size();
+    for (size_t i = 0; i < want.size(); ++i) {
+      greedy_equal += r->tokens[i] == want[i];
+      if (r->tokens[i] != want[i] && first_diff == want.size()) first_diff = i;
+    }
     greedy_total += static_cast<int>(want.size());
-    greedy_equal += eq;
     if (exact) {
       EXPECT_EQ(r->tokens, want) << pr["name"];
+    } else if (first_diff < want.size() && hf32_greedy == static_cast<int>(g["prompts"].size()) * 32) {
+      // Robust goldens (HF f32 agrees everywhere): only a near-tie may flip.
+      EXPECT_LT(gmargin[first_diff], near_tie) << pr["name"] << " greedy diverges at " << first_diff << " (not a near-tie)";
     }
 
     // Teacher-forced: all positions in one batch.
@@ -76,23 +92,90 @@ TEST_P(OracleTest, GreedyAndTeacherForced) {
     for (size_t i = 0; i < ids.size(); ++i) {
       if ((*rows)[i].argmax != am[i]) {
         ++mismatch;
-        // Only a near-tie in the reference may differ.
-        EXPECT_LT(margin[i], 0.26) << pr["name"] << " position " << i << " ours " << (*rows)[i].argmax << " hf "
-                                   << am[i];
+        if (exact) {
+          EXPECT_LE(margin[i], near_tie) << pr["name"] << " position " << i << " ours " << (*rows)[i].argmax << " hf "
+                                     << am[i] << " (not a near-tie)";
+        }
       }
     }
-    // >= 31 of every 32 positions.
-    EXPECT_LE(mismatch * 32, static_cast<int>(ids.size())) << pr["name"] << " teacher-forced mismatches " << mismatch;
-    // Log-probabilities of the next token close to HF's.
-    const auto nlp = pr["teacher_forced"]["next_logprob"].get<std::vector<double>>();
-    double worst = 0;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) worst = std::max(worst, std::abs((*rows)[i].next_logprob - nlp[i]));
-    EXPECT_LT(worst, exact ? 0.15 : 0.5) << pr["name"];
-    (void)V;
+    tf_total += static_cast<int>(ids.size());
+    tf_equal += static_cast<int>(ids.size()) - mismatch;
+    if (exact) {
+      // >= 31 of every 32 positions.
+      EXPECT_LE(mismatch * 32, static_cast<int>(ids.size())) << pr["name"] << " teacher-forced mismatches " << mismatch;
+      const auto nlp = pr["teacher_forced"]["next_logprob"].get<std::vector<double>>();
+      double worst = 0;
+      for (size_t i = 0; i + 1 < ids.size(); ++i) worst = std::max(worst, std::abs((*rows)[i].next_logprob - nlp[i]));
+      EXPECT_LT(worst, 0.1) << pr["name"] << " next-token log-prob differs from HF";
+    }
   }
-  // The absorbed path is not HF's arithmetic; it must still agree on nearly all tokens.
-  EXPECT_GE(greedy_equal * 100, greedy_total * (exact ? 100 : 90)) << greedy_equal << "/" << greedy_total;
+  std::printf("%s: greedy %d/%d, teacher-forced %d/%d (HF f32: greedy %d, tf %d/%d)\n", p.model.c_str(), greedy_equal,
+              greedy_total, tf_equal, tf_total, hf32_greedy, hf32_tf[0], hf32_tf[1]);
+  if (!exact) {
+    EXPECT_GE(greedy_equal, std::min(hf32_greedy, greedy_total * 9 / 10));
+    EXPECT_GE(tf_equal, std::min(hf32_tf[0], tf_total * 31 / 32));
+  }
 }
+
+// The MTP layer reproduces the oracle's MTP composition (vLLM convention):
+// slot j takes the final-normed hidden state h_j and ids[j+1], predicts ids[j+2].
+class MtpOracleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpOracleTest, DraftsMatchReference) {
+  if (!testing::HaveOracle(GetParam())) GTEST_SKIP() << "no oracle goldens for " << GetParam();
+  auto g = LoadGoldens(GetParam());
+  auto eng = Engine::Open(OracleDir(GetParam()), EngineConfig{});
+  ASSERT_TRUE(eng.ok()) << eng.status();
+  ASSERT_TRUE((*eng)->model().has_mtp());
+  const auto& c = (*eng)->config();
+  const double near_tie = g["sanity"].value("near_tie_margin", 0.25);
+  int total = 0, equal = 0, accepted = 0, acc_total = 0;
+  for (const auto& pr : g["prompts"]) {
+    const auto ids = Ids(pr["mtp_teacher_forced"]["ids"]);
+    const auto want = Ids(pr["mtp_teacher_forced"]["draft_argmax"]);
+    const auto margin = pr["mtp_teacher_forced"]["margin"].get<std::vector<double>>();
+    KvCache cache = (*eng)->NewCache();
+    KvCache mtp = KvCache::ForModel(c, KvDtype::kF32, /*mtp=*/true);
+    auto f = (*eng)->model().Forward(ids, cache, true);
+    ASSERT_TRUE(f.ok()) << f.status();
+    const size_t n = ids.size() - 1;
+    auto m = (*eng)->model().MtpForward(std::span(f->hidden).first(n * c.hidden_size), std::span(ids).subspan(1), mtp);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_EQ(want.size(), n);
+    int mism = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const int32_t d = Argmax(m->logits.data() + j * c.vocab_size, c.vocab_size);
+      ++total;
+      if (d == want[j]) {
+        ++equal;
+      } else {
+        ++mism;
+        // The reference's standalone MTP layer runs HF's eager expert loop
+        // (bf16 accumulation per expert) while the model runs grouped_mm (f32
+        // sum of the K slots); the engine follows the latter everywhere, so a
+        // flip needs a small (not necessarily sub-threshold) margin.
+        EXPECT_LE(margin[j], 2 * near_tie) << pr["name"] << " slot " << j << " ours " << d << " ref " << want[j];
+      }
+      // Acceptance of the draft against the main model's own greedy choice at j+1.
+      if (j + 2 < ids.size()) {
+        ++acc_total;
+        accepted += d == Argmax(f->logits.data() + (j + 1) * c.vocab_size, c.vocab_size);
+      }
+    }
+    EXPECT_LE(mism * 32, static_cast<int>(n)) << pr["name"];
+  }
+  std::printf("%s MTP: drafts equal to reference %d/%d; draft == main-model argmax (acceptance) %d/%d\n",
+              GetParam().c_str(), equal, total, accepted, acc_total);
+}
+
+INSTANTIATE_TEST_SUITE_P(Oracle, MtpOracleTest, ::testing::Values("glm-short", "glm-dsa", "deepseek-v3"),
+                         [](const auto& i) {
+                           std::string s = i.param;
+                           for (char& ch : s) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return s;
+                         });
 
 std::vector<Case> Cases() {
   std::vector<Case> v;
@@ -102,6 +185,8 @@ std::vector<Case> Cases() {
     v.push_back({m, 4 * 3 * 64 * 32 * 2, AttentionPath::kExplicit});  // a few experts
     v.push_back({m, int64_t{1} << 40, AttentionPath::kAbsorbed});
     v.push_back({m, int64_t{1} << 40, AttentionPath::kExplicit, KvDtype::kBF16});
+    v.push_back({m, int64_t{1} << 40, AttentionPath::kExplicit, KvDtype::kF32, Numerics::kF32});
+    v.push_back({m, int64_t{1} << 40, AttentionPath::kAbsorbed, KvDtype::kF32, Numerics::kF32});
   }
   return v;
 }

@@ -2,6 +2,12 @@
 // the rendered prompt equal HF's.
 #include "common/text/chat.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/text/model_text.h"
 #include "common/text/py_json.h"
 #include "common/text/tokenizer.h"
 #include "gtest/gtest.h"
@@ -26,9 +32,9 @@ ChatRequest RequestFromGolden(const ojson& c) {
 
 TEST(TextChat, RendersLikeTransformers) {
   const auto goldens = LoadJson(DataDir() + "goldens/chat.json");
-  auto glm = Tokenizer::FromFile(DataDir() + "glm_tiny/tokenizer.json");
-  auto ds = Tokenizer::FromFile(DataDir() + "real/deepseek_v3.json.gz");
-  ASSERT_TRUE(glm.ok() && ds.ok());
+  const Tokenizer* glm = CachedTokenizer("glm_tiny/tokenizer.json");
+  const Tokenizer* ds = CachedTokenizer("real/deepseek_v3.json.gz");
+  ASSERT_TRUE(glm != nullptr && ds != nullptr);
   int n = 0;
   for (const auto& c : goldens) {
     const std::string name = c["name"].get<std::string>();
@@ -37,7 +43,7 @@ TEST(TextChat, RendersLikeTransformers) {
     auto text = RenderChat(*fmt, RequestFromGolden(c));
     ASSERT_TRUE(text.ok()) << name << ": " << text.status();
     EXPECT_EQ(*text, c["text"].get<std::string>()) << name;
-    const Tokenizer& t = *fmt == ChatFormat::kGlm ? **glm : **ds;
+    const Tokenizer& t = *fmt == ChatFormat::kGlm ? *glm : *ds;
     EXPECT_EQ(t.Encode(*text, {.parse_special = true, .add_special_tokens = false}),
               c["ids"].get<std::vector<int32_t>>())
         << name;
@@ -63,6 +69,19 @@ TEST(TextChat, DetectsFormatFromModelFiles) {
   auto ds = DetectChatFormatFromTemplate(ojson::parse(cfg)["chat_template"].get<std::string>(), "ds");
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ(*ds, ChatFormat::kDeepSeekV3);
+  // A model directory with only tokenizer_config.json (DeepSeek-V3 ships it that way).
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("moe_text_chat_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json") << cfg;
+  auto from_dir = DetectChatFormat(dir.string());
+  std::ofstream(dir / "tokenizer_config.json") << "{\"chat_template\": \"{{ messages }}\"}";
+  auto unknown = DetectChatFormat(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status();
+  EXPECT_EQ(*from_dir, ChatFormat::kDeepSeekV3);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(std::string(unknown.status().message()).find("unknown chat template"), std::string::npos);
 }
 
 TEST(TextChat, UnknownFormatsAreErrors) {
@@ -94,6 +113,25 @@ TEST(TextChat, PyJsonDumpsMatchesPython) {
   const ojson j = ojson::parse(R"({"b": [1, 2.5, true, null], "a": "x\"\\\n\u0001é😀", "c": {}})");
   EXPECT_EQ(PyJsonDumps(j), "{\"b\": [1, 2.5, true, null], \"a\": \"x\\\"\\\\\\n\\u0001é😀\", \"c\": {}}");
   EXPECT_EQ(PyJsonDumps(ojson("é😀"), /*ensure_ascii=*/true), "\"\\u00e9\\ud83d\\ude00\"");
+}
+
+}  // namespace
+}  // namespace moe::text
+
+namespace moe::text {
+namespace {
+
+TEST(TextModelText, LoadsGlmTinyDirectory) {
+  auto mt = LoadModelText(moe::text::testing::DataDir() + "glm_tiny", "");
+  ASSERT_TRUE(mt.ok()) << mt.status();
+  EXPECT_EQ(mt->format, ChatFormat::kGlm);
+  const Tokenizer& t = *mt->tokenizer;
+  EXPECT_EQ(mt->stop_ids, (std::vector<int32_t>{t.TokenToId("<|endoftext|>"), t.TokenToId("<|user|>"),
+                                                t.TokenToId("<|observation|>")}));
+  auto forced = LoadModelText(moe::text::testing::DataDir() + "glm_tiny", "deepseek_v3");
+  ASSERT_FALSE(forced.ok());  // DeepSeek's stop token is not in this vocab
+  EXPECT_NE(std::string(forced.status().message()).find("not in the vocab"), std::string::npos);
+  EXPECT_FALSE(LoadModelText(moe::text::testing::DataDir() + "glm_tiny", "chatml").ok());
 }
 
 }  // namespace

@@ -12,8 +12,11 @@
 namespace moe::cli {
 
 // Declarations of the targets implemented in cmd_bench_*.cc (keep sorted).
+int RunBenchCache(int argc, char** argv);
 int RunBenchConvert(int argc, char** argv);
+int RunBenchIo(int argc, char** argv);
 int RunBenchKernels(int argc, char** argv);
+int RunBenchLease(int argc, char** argv);
 int RunBenchTokenize(int argc, char** argv);
 
 namespace {
@@ -23,8 +26,11 @@ struct BenchTarget {
   int (*run)(int argc, char** argv);  // argv[0] is the target name
 };
 const BenchTarget kTargets[] = {
+    {"cache", "expertd policy: LRU vs ours vs Belady hit rates on a routing trace", RunBenchCache},
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
+    {"io", "expertd miss path vs raw O_DIRECT reads; io_uring vs pread pool", RunBenchIo},
     {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth", RunBenchKernels},
+    {"lease", "expertd: cost of leasing a cached expert from shared memory (+ RPC)", RunBenchLease},
     {"tokenize", "encode MB/s of the tokenizer vs Hugging Face tokenizers on the same corpus", RunBenchTokenize},
 };
 

@@ -213,7 +213,7 @@ absl::Status Run(int argc, char** argv, FlagSet* flags, bool* help) {
 }  // namespace
 
 int RunBenchTokenize(int argc, char** argv) {
-  FlagSet flags("tokenize", "Encode MB/s of moe_text vs Hugging Face tokenizers (same corpus, same run).");
+  FlagSet flags("bench tokenize", "Encode MB/s of moe_text vs Hugging Face tokenizers (same corpus, same run).");
   bool help = false;
   if (auto s = Run(argc, argv, &flags, &help); !s.ok()) return Fail("bench tokenize", s);
   if (help) std::fputs(flags.Usage().c_str(), stdout);

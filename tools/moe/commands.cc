@@ -8,7 +8,11 @@ namespace moe::cli {
 // (this file merges with git's union driver: see .gitattributes).
 int RunBench(int argc, char** argv);
 int RunConvert(int argc, char** argv);
+int RunHeat(int argc, char** argv);
 int RunInspect(int argc, char** argv);
+int RunQuality(int argc, char** argv);
+int RunRun(int argc, char** argv);
+int RunScore(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
 int RunVersion(int argc, char** argv);
 
@@ -17,7 +21,11 @@ namespace {
 const Command kCommands[] = {
     {"bench", "benchmarks: moe bench <what> (moe bench --help lists them)", RunBench},
     {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
+    {"heat", "expertd admin: tiers, hit rates, expert heat (--json, --png), pin/unpin, budget", RunHeat},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
+    {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
+    {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},
+    {"score", "teacher-forced argmax and log-probabilities of --ids", RunScore},
     {"tokenize", "text to token ids (and back) with a tokenizer.json; chat prompts", RunTokenize},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},

