@@ -145,6 +145,7 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
   WorkerInfo info;
   info.model = reply.model();
   info.max_context = reply.max_context();
+  info.vocab_size = reply.vocab_size();
   info.active_sequences = reply.active_sequences();
   info.max_sequences = reply.max_sequences();
   grpc::ClientContext sctx;

@@ -81,6 +81,7 @@ class SeqHandle {
 struct WorkerInfo {
   std::string model;
   int64_t max_context = 0;
+  int32_t vocab_size = 0;  // 0 = not reported
   int32_t active_sequences = 0;
   int32_t max_sequences = 0;
   double tokens_per_second = 0.0;

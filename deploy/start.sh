@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Starts the moestream stack on this host: expertd (when [expertd] names a
+# manifest), N inferd workers on unix sockets, and the gateway; one config
+# file for all. Waits (bounded) until the gateway's /health says ok.
+#   deploy/start.sh [--config FILE] [--run-dir DIR] [--workers N] [--bin-dir DIR] [-- extra inferd flags]
+# Stop with deploy/stop.sh --run-dir DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+CONFIG=$ROOT/deploy/moestream.conf
+RUN=${XDG_RUNTIME_DIR:-/tmp}/moestream
+WORKERS=2
+BIN=$ROOT/build
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) CONFIG=$2; shift 2 ;;
+    --run-dir) RUN=$2; shift 2 ;;
+    --workers) WORKERS=$2; shift 2 ;;
+    --bin-dir) BIN=$2; shift 2 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) echo "start.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$RUN"
+if ls "$RUN"/*.pid >/dev/null 2>&1; then
+  echo "start.sh: $RUN already holds pid files; run deploy/stop.sh --run-dir $RUN first" >&2
+  exit 1
+fi
+
+start() {  # name, command...
+  local name=$1; shift
+  "$@" >"$RUN/$name.log" 2>&1 &
+  echo $! >"$RUN/$name.pid"
+  echo "[start] $name (pid $!): log $RUN/$name.log"
+}
+
+if awk '/^\[expertd\]/{s=1;next} /^\[/{s=0} s && /^[[:space:]]*manifest[[:space:]]*=/{f=1} END{exit !f}' "$CONFIG"; then
+  start expertd "$BIN/services/expertd/expertd" --config "$CONFIG" --socket "$RUN/expertd.sock"
+fi
+workers=()
+for i in $(seq 0 $((WORKERS - 1))); do
+  start "inferd$i" "$BIN/services/inferd/inferd" --config "$CONFIG" --listen "unix:$RUN/inferd$i.sock" "${EXTRA[@]}"
+  workers+=(--worker "unix:$RUN/inferd$i.sock")
+done
+start gateway "$BIN/services/gateway/gateway" --config "$CONFIG" "${workers[@]}"
+
+# Wait for the gateway (bounded: model loading can take a while).
+listen=$(awk '/^\[gateway\]/{s=1;next} /^\[/{s=0} s && /^[[:space:]]*listen[[:space:]]*=/{sub(/^[^=]*=[[:space:]]*/,""); print}' "$CONFIG")
+listen=${listen:-127.0.0.1:8000}
+for _ in $(seq 1 600); do
+  for p in "$RUN"/*.pid; do
+    if ! kill -0 "$(cat "$p")" 2>/dev/null; then
+      echo "start.sh: $(basename "$p" .pid) exited; its log:" >&2
+      tail -20 "$RUN/$(basename "$p" .pid).log" >&2
+      "$ROOT/deploy/stop.sh" --run-dir "$RUN" >/dev/null 2>&1 || true
+      exit 1
+    fi
+  done
+  if [[ $listen == unix:* ]]; then
+    curl -sf --unix-socket "${listen#unix:}" http://localhost/health >/dev/null 2>&1 && break
+  else
+    curl -sf "http://$listen/health" >/dev/null 2>&1 && break
+  fi
+  sleep 0.5
+done
+echo "[start] gateway on $listen (run dir $RUN)"
