@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
-#include "common/expertstore/crc32c.h"
+#include "common/format/crc32c.h"
 
 namespace moe::expertstore {
 
@@ -17,7 +17,7 @@ ContainerLocator::ContainerLocator(std::shared_ptr<const Container> c) : c_(std:
   // Identity: model type, shape, quantization policy and the record table's
   // CRCs folded together (a re-conversion with other weights is another model).
   uint32_t h = 0;
-  for (const auto& r : c_->records()) h = Crc32c(h, &r.crc, sizeof r.crc);
+  for (const auto& r : c_->records()) h = crc32c::Extend(h, &r.crc, sizeof r.crc);
   model_id_ = absl::StrCat(info.model_type, "/", info.num_hidden_layers, "x", info.n_routed_experts, "/", info.policy,
                            "/", absl::Hex(h));
 }
@@ -33,7 +33,7 @@ absl::StatusOr<RecordLocation> ContainerLocator::Locate(int layer, int expert) c
   loc.file = static_cast<uint32_t>(r->file);
   loc.offset = r->offset;
   loc.length = r->length;
-  loc.crc32c = UnmaskCrc(r->crc);
+  loc.crc32c = crc32c::Unmask(r->crc);
   loc.num_parts = 6;
   for (int p = 0; p < 3; ++p) {
     loc.part_offsets[2 * p] = r->parts[p].data_offset;

@@ -14,7 +14,7 @@
 #include "common/base/aligned_buffer.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "common/expertstore/crc32c.h"
+#include "common/format/crc32c.h"
 
 namespace moe::expertstore {
 
@@ -389,7 +389,7 @@ void ExpertStore::OnReadDone(uint32_t slab, const RecordLocation& loc, std::shar
                              absl::Status s, TierId tier, std::chrono::steady_clock::time_point t0) {
   uint8_t* data = table_.slab_data(slab);
   if (s.ok()) {
-    uint32_t crc = Crc32c(0, data, loc.length);
+    uint32_t crc = crc32c::Extend(0, data, loc.length);
     if (crc != loc.crc32c) {
       s = absl::DataLossError(absl::StrCat("checksum mismatch in ", files_[loc.file], " record at offset ", loc.offset,
                                            " (", loc.length, " bytes): crc32c ", crc, " != expected ", loc.crc32c,

@@ -14,7 +14,7 @@
 #include <atomic>
 #include <thread>
 
-#include "common/expertstore/crc32c.h"
+#include "common/format/crc32c.h"
 #include "services/expertd/client.h"
 #include "tests/expertstore/synthetic_model.h"
 
@@ -170,7 +170,7 @@ TEST_F(ExpertdIntegration, KilledWorkerReleasesItsLeasesWithinOneSecond) {
   ASSERT_TRUE(r[0].ok()) << r[0].status();
   ASSERT_TRUE(r[1].ok()) << r[1].status();
   EXPECT_LT(secs, 1.0);
-  EXPECT_EQ(expertstore::Crc32c(0, r[1]->data, r[1]->length), Crc(2, 8));
+  EXPECT_EQ(crc32c::Extend(0, r[1]->data, r[1]->length), Crc(2, 8));
   (*c)->Release(*r[0]);
   (*c)->Release(*r[1]);
 }
@@ -189,7 +189,7 @@ TEST_F(ExpertdIntegration, WorkersReconnectAfterAnExpertdRestartUnderLoad) {
       auto r = (*c)->Acquire(1 + i % 3, {i % 16, (i + 5) % 16});
       for (auto& x : r) {
         if (x.ok()) {
-          if (expertstore::Crc32c(0, x->data, x->length) != Crc(1 + i % 3, x->expert)) errors++;
+          if (crc32c::Extend(0, x->data, x->length) != Crc(1 + i % 3, x->expert)) errors++;
           (*c)->Release(*x);
           if ((*c)->reconnects() > 0) ok_after++;
         }
@@ -208,7 +208,7 @@ TEST_F(ExpertdIntegration, WorkersReconnectAfterAnExpertdRestartUnderLoad) {
   EXPECT_GE(ok_after.load(), 20);
   EXPECT_EQ(errors.load(), 0);
   // Leases from the crashed instance stay readable; releasing them is harmless.
-  EXPECT_EQ(expertstore::Crc32c(0, held[1]->data, held[1]->length), Crc(0, 2));
+  EXPECT_EQ(crc32c::Extend(0, held[1]->data, held[1]->length), Crc(0, 2));
   (*c)->Release(*held[0]);
   (*c)->Release(*held[1]);
 }

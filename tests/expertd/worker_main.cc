@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/expertstore/crc32c.h"
+#include "common/format/crc32c.h"
 #include "services/expertd/client.h"
 
 int main(int argc, char** argv) {
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (leases[i].ok()) {
       ++ok;
-      std::printf("ok %d %08x\n", ids[i], moe::expertstore::Crc32c(0, leases[i]->data, leases[i]->length));
+      std::printf("ok %d %08x\n", ids[i], moe::crc32c::Extend(0, leases[i]->data, leases[i]->length));
     } else {
       std::printf("err %d %d %s\n", ids[i], int(leases[i].status().code()),
                   std::string(leases[i].status().message()).c_str());

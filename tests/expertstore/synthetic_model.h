@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/base/aligned_buffer.h"
-#include "common/expertstore/crc32c.h"
+#include "common/format/crc32c.h"
 #include "common/expertstore/record_locator.h"
 
 namespace moe::expertstore::testing {
@@ -61,7 +61,7 @@ inline SyntheticModel WriteSyntheticModel(const std::string& dir, int layers, in
       r.length = size_of(l, e);
       std::vector<uint8_t> buf(AlignUp(r.length, 4096), 0);
       for (uint64_t i = 0; i < r.length; ++i) buf[i] = RecordByte(l, e, i);
-      r.crc32c = Crc32c(0, buf.data(), r.length);
+      r.crc32c = crc32c::Extend(0, buf.data(), r.length);
       r.num_parts = 3;
       r.part_offsets[0] = 0;
       r.part_offsets[1] = r.length / 3;

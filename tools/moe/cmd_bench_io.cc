@@ -22,7 +22,7 @@
 #include "common/base/aligned_buffer.h"
 #include "common/base/flags.h"
 #include "common/base/status.h"
-#include "common/expertstore/crc32c.h"
+#include "common/format/crc32c.h"
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
 #include "nlohmann/json.hpp"
@@ -53,7 +53,7 @@ absl::StatusOr<std::string> WriteModel(const std::string& dir, int layers, int e
       r.file = 0;
       r.offset = off;
       r.length = bytes;
-      r.crc32c = Crc32c(0, buf.data(), bytes);
+      r.crc32c = crc32c::Extend(0, buf.data(), bytes);
       if (::pwrite(fd, buf.data(), buf.capacity(), static_cast<off_t>(off)) != ssize_t(buf.capacity())) {
         ::close(fd);
         return absl::InternalError("short write to " + path);

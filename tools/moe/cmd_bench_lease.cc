@@ -16,7 +16,7 @@
 
 #include "common/base/flags.h"
 #include "common/base/status.h"
-#include "common/expertstore/crc32c.h"
+#include "common/format/crc32c.h"
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
 #include "nlohmann/json.hpp"
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> SmallStore(const std::string& dir) 
   ::close(fd);
   RecordLocation r;
   r.length = rec.size();
-  r.crc32c = Crc32c(0, rec.data(), rec.size());
+  r.crc32c = crc32c::Extend(0, rec.data(), rec.size());
   std::string man = dir + "/lease-bench.manifest";
   MOE_RETURN_IF_ERROR(ManifestLocator::Write(man, "lease-bench", 1, 1, {shard}, {{{0, 0}, r}}));
   MOE_ASSIGN_OR_RETURN(auto loc, ManifestLocator::Load(man));
