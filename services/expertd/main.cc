@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "common/base/flags.h"
+#include "common/base/service_main.h"
 #include "common/base/log.h"
 #include "common/expertstore/container_locator.h"
 #include "common/expertstore/record_locator.h"
@@ -32,7 +33,7 @@ int Fail(const absl::Status& s) {
 
 int Main(int argc, char** argv) {
   using namespace moe;
-  std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, log_level = "info";
+  std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr;
   uint64_t budget = 0, chunk = 2ull << 20;
   int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000;
   bool page_cache = true, populate = false, register_buffers = true;
@@ -52,15 +53,7 @@ int Main(int argc, char** argv) {
   flags.AddInt("wait-ms", &wait_ms, "how long a fetch waits for a slab when all are leased");
   flags.AddString("heat-file", &heat_file, "persist heat here (loaded at start, saved at exit)");
   flags.AddString("metrics-addr", &metrics_addr, "Prometheus /metrics address, e.g. 127.0.0.1:9464 (off if empty)");
-  flags.AddString("log-level", &log_level, "debug, info, warning, error");
-  if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail(s);
-  if (flags.help_requested()) {
-    std::fputs(flags.Usage().c_str(), stdout);
-    return 0;
-  }
-  LogLevel lvl;
-  if (!ParseLogLevel(log_level, &lvl)) return Fail(absl::InvalidArgumentError("--log-level: unknown level"));
-  SetLogLevel(lvl);
+  if (auto code = ParseServiceFlags("expertd", flags, argc, argv)) return *code;
   if (manifest.empty() == model_dir.empty())
     return Fail(absl::InvalidArgumentError("give exactly one of --model DIR or --manifest FILE"));
   if (socket_path.empty()) return Fail(absl::InvalidArgumentError("--socket is required (a unix socket path)"));
@@ -69,12 +62,7 @@ int Main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--top-k / --max-sessions out of range"));
 
   // Block the stop signals before any thread starts; main waits for them.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t stop = BlockStopSignals();
 
   absl::StatusOr<std::unique_ptr<expertstore::RecordLocator>> locator;
   if (!model_dir.empty()) {

@@ -12,9 +12,9 @@
 #include <mutex>
 #include <thread>
 
-#include "common/base/config_file.h"
 #include "common/base/flags.h"
 #include "common/base/log.h"
+#include "common/base/service_main.h"
 #include "common/base/status.h"
 #include "services/gateway/byte_codec.h"
 #include "services/gateway/grpc_worker.h"
@@ -28,12 +28,7 @@ using namespace moe::gateway;
 
 int Main(int argc, char** argv) {
   // Signals are taken by one thread (sigwait); block them everywhere first.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = BlockStopSignals();
 
   std::string listen = "127.0.0.1:8000";
   std::vector<std::string> workers;
@@ -49,7 +44,6 @@ int Main(int argc, char** argv) {
   int64_t startup_wait_s = 60;
   int64_t max_n = 16;
   int64_t client_poll_ms = 10;
-  std::string log_level = "info";
 
   FlagSet flags("gateway", "OpenAI-compatible HTTP gateway over inferd workers.");
   flags.AddString("listen", &listen, "HOST:PORT or unix:/path (default 127.0.0.1:8000)");
@@ -70,24 +64,8 @@ int Main(int argc, char** argv) {
   flags.AddInt("startup-wait-s", &startup_wait_s, "wait this long for a first live worker");
   flags.AddInt("max-n", &max_n, "largest 'n' accepted");
   flags.AddInt("client-poll-ms", &client_poll_ms, "how often a waiting request checks that its client is still there");
-  flags.AddString("log-level", &log_level, "debug, info, warning, error");
 
-  auto args = ArgsWithConfig(argc, argv, "gateway");
-  absl::Status st = args.ok() ? flags.Parse(*args) : args.status();
-  if (!st.ok()) {
-    std::cerr << "gateway: " << st.message() << "\n" << flags.Usage();
-    return 2;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage() << "  --config FILE: read the [gateway] section of FILE first\n";
-    return 0;
-  }
-  LogLevel lvl;
-  if (!ParseLogLevel(log_level, &lvl)) {
-    std::cerr << "gateway: --log-level: unknown level '" << log_level << "'\n";
-    return 2;
-  }
-  SetLogLevel(lvl);
+  if (auto code = ParseServiceFlags("gateway", flags, argc, argv)) return *code;
   auto fail = [](const absl::Status& s) {
     std::cerr << "gateway: " << s.message() << "\n";
     return 1;

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/base/config_file.h"
+#include "common/base/service_main.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 
@@ -141,41 +141,19 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
 }
 
 int RunInferd(int argc, char** argv, ModelFactory& factory) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = BlockStopSignals();
 
   std::string listen = "unix:/tmp/moestream-inferd.sock";
   int64_t max_sequences = 64, max_step_tokens = 512, prefill_chunk = 128;
   uint64_t prefix_cache_bytes = uint64_t{1} << 30;
-  std::string log_level = "info";
   FlagSet flags("inferd", "Inference worker: continuous batching over one model, served over gRPC.");
   flags.AddString("listen", &listen, "unix:/path or HOST:PORT (TCP binds only what is named)");
   flags.AddInt("max-sequences", &max_sequences, "live sequences at most (more: RESOURCE_EXHAUSTED)");
   flags.AddInt("max-step-tokens", &max_step_tokens, "tokens fed per step (decode rows + prefill chunks)");
   flags.AddInt("prefill-chunk", &prefill_chunk, "largest prompt chunk per sequence per step");
   flags.AddBytes("prefix-cache-bytes", &prefix_cache_bytes, "KV of finished sequences kept for prefix reuse");
-  flags.AddString("log-level", &log_level, "debug, info, warning, error");
   factory.AddFlags(flags);
-  auto args = ArgsWithConfig(argc, argv, "inferd");
-  absl::Status st = args.ok() ? flags.Parse(*args) : args.status();
-  if (!st.ok()) {
-    std::cerr << "inferd: " << st.message() << "\n" << flags.Usage();
-    return 2;
-  }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage() << "  --config FILE: read the [inferd] section of FILE first\n";
-    return 0;
-  }
-  LogLevel lvl;
-  if (!ParseLogLevel(log_level, &lvl)) {
-    std::cerr << "inferd: --log-level: unknown level '" << log_level << "'\n";
-    return 2;
-  }
-  SetLogLevel(lvl);
+  if (auto code = ParseServiceFlags("inferd", flags, argc, argv)) return *code;
   if (max_sequences < 1 || max_step_tokens < 1 || prefill_chunk < 1) {
     std::cerr << "inferd: --max-sequences, --max-step-tokens, --prefill-chunk must be >= 1\n";
     return 2;
