@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Main job: install + build (deploy/setup.sh), start the stack on the embedded
+# default model (models/tiny-glm-random: RANDOM weights, the answer is noise
+# until the trained model lands), send ONE OpenAI chat request with curl, print
+# the assistant's message and the raw JSON, and stop the stack (always, via an
+# EXIT trap). Bounded: the stack start waits at most --start-timeout seconds,
+# the request at most --request-timeout seconds.
+#   deploy/run.sh [--bin-dir DIR] [--skip-setup] [--model DIR] [--listen HOST:PORT]
+#                 [--run-dir DIR] [--workers N] [--prompt TEXT] [--max-tokens N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BIN=$ROOT/build
+SETUP=1
+MODEL=$ROOT/models/tiny-glm-random
+LISTEN=127.0.0.1:8000
+RUN=""
+WORKERS=2
+PROMPT="Say hello in one short sentence."
+MAX_TOKENS=24
+START_TIMEOUT=300
+REQUEST_TIMEOUT=120
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin-dir) BIN=$(cd "$2" && pwd); shift 2 ;;
+    --skip-setup) SETUP=0; shift ;;
+    --model) MODEL=$(cd "$2" && pwd); shift 2 ;;
+    --listen) LISTEN=$2; shift 2 ;;
+    --run-dir) RUN=$2; shift 2 ;;
+    --workers) WORKERS=$2; shift 2 ;;
+    --prompt) PROMPT=$2; shift 2 ;;
+    --max-tokens) MAX_TOKENS=$2; shift 2 ;;
+    --start-timeout) START_TIMEOUT=$2; shift 2 ;;
+    --request-timeout) REQUEST_TIMEOUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case "$LISTEN" in
+  127.0.0.1:*|localhost:*|\[::1\]:*) ;;
+  *) echo "run.sh: --listen must be loopback (127.0.0.1:PORT), got $LISTEN" >&2; exit 2 ;;
+esac
+
+if [ "$SETUP" = 1 ]; then
+  echo "[run] deploy/setup.sh"
+  "$ROOT/deploy/setup.sh"
+fi
+for b in services/inferd/inferd services/gateway/gateway; do
+  [ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing (run deploy/setup.sh)" >&2; exit 1; }
+done
+if [ ! -f "$MODEL/config.json" ] || [ ! -f "$MODEL/tokenizer.json" ]; then
+  echo "run.sh: $MODEL lacks config.json or tokenizer.json" >&2; exit 1
+fi
+
+RUN=${RUN:-$(mktemp -d "${TMPDIR:-/tmp}/moestream-run.XXXXXX")}
+mkdir -p "$RUN"
+CONF=$RUN/moestream.conf
+
+stopped=0
+cleanup() {
+  local rc=$?
+  trap '' INT TERM  # a second Ctrl-C must not cut stop.sh short (children inherit the ignore)
+  if [ "$stopped" = 0 ]; then
+    stopped=1
+    echo "[run] stopping the stack"
+    "$ROOT/deploy/stop.sh" --run-dir "$RUN" || true
+  fi
+  echo "[run] logs in $RUN"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Run-specific config: deploy/moestream.conf with the model, tokenizer and
+# listen address of this run (the tokenizer files live in the model directory).
+awk -v model="$MODEL" -v listen="$LISTEN" '
+  /^\[/ { sec = $0 }
+  sec == "[inferd]"  && /^[[:space:]]*model[[:space:]]*=/     { print "model = " model; next }
+  sec == "[gateway]" && /^[[:space:]]*tokenizer[[:space:]]*=/ { print "tokenizer = " model; next }
+  sec == "[gateway]" && /^[[:space:]]*listen[[:space:]]*=/    { print "listen = " listen; next }
+  { print }' "$ROOT/deploy/moestream.conf" >"$CONF"
+echo "[run] model $MODEL (config $CONF)"
+
+timeout --foreground "$START_TIMEOUT" \
+  "$ROOT/deploy/start.sh" --config "$CONF" --run-dir "$RUN" --workers "$WORKERS" --bin-dir "$BIN"
+curl -sf --max-time 5 "http://$LISTEN/health" >/dev/null ||
+  { echo "run.sh: gateway not healthy on $LISTEN" >&2; exit 1; }
+
+BODY=$(python3 -c 'import json,sys; print(json.dumps({"model": "moestream",
+  "messages": [{"role": "user", "content": sys.argv[1]}],
+  "max_tokens": int(sys.argv[2]), "temperature": 0}))' "$PROMPT" "$MAX_TOKENS")
+echo "[run] POST http://$LISTEN/v1/chat/completions: $PROMPT"
+RESP=$(curl -sS --max-time "$REQUEST_TIMEOUT" -H 'Content-Type: application/json' \
+  -d "$BODY" -w '\n%{http_code}' "http://$LISTEN/v1/chat/completions")
+CODE=${RESP##*$'\n'}
+RESP=${RESP%$'\n'*}
+if [ "$CODE" != 200 ]; then
+  echo "run.sh: HTTP $CODE: $RESP" >&2
+  exit 1
+fi
+printf '%s' "$RESP" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+c = r["choices"][0]
+print("=== answer: assistant message content (finish_reason: %s) ===" % c.get("finish_reason"))
+print(c["message"].get("content"))
+if c["message"].get("reasoning_content"):
+    print("=== assistant reasoning_content (GLM thinking is on) ===")
+    print(c["message"]["reasoning_content"])
+print("=== raw JSON ===")
+print(json.dumps(r, ensure_ascii=False))'
+case "$MODEL" in
+  */models/tiny-glm-random) echo "[run] note: models/tiny-glm-random has random weights; the answer is noise (plumbing check)" ;;
+esac
