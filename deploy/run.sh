@@ -6,7 +6,9 @@
 # EXIT trap). Bounded: the stack start waits at most --start-timeout seconds,
 # the request at most --request-timeout seconds.
 #   deploy/run.sh [--bin-dir DIR] [--skip-setup] [--model DIR] [--listen HOST:PORT]
-#                 [--run-dir DIR] [--workers N] [--prompt TEXT] [--max-tokens N]
+#                 [--run-dir DIR] [--workers N] [--prompt TEXT] [--max-tokens N] [--thinking]
+# GLM thinking is off by default (chat_template_kwargs.enable_thinking=false) so
+# the answer arrives as `content`; --thinking turns it on (reasoning_content).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -18,6 +20,7 @@ RUN=""
 WORKERS=2
 PROMPT="Say hello in one short sentence."
 MAX_TOKENS=24
+THINKING=false
 START_TIMEOUT=300
 REQUEST_TIMEOUT=120
 while [ $# -gt 0 ]; do
@@ -30,6 +33,7 @@ while [ $# -gt 0 ]; do
     --workers) WORKERS=$2; shift 2 ;;
     --prompt) PROMPT=$2; shift 2 ;;
     --max-tokens) MAX_TOKENS=$2; shift 2 ;;
+    --thinking) THINKING=true; shift ;;
     --start-timeout) START_TIMEOUT=$2; shift 2 ;;
     --request-timeout) REQUEST_TIMEOUT=$2; shift 2 ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
@@ -89,7 +93,8 @@ curl -sf --max-time 5 "http://$LISTEN/health" >/dev/null ||
 
 BODY=$(python3 -c 'import json,sys; print(json.dumps({"model": "moestream",
   "messages": [{"role": "user", "content": sys.argv[1]}],
-  "max_tokens": int(sys.argv[2]), "temperature": 0}))' "$PROMPT" "$MAX_TOKENS")
+  "max_tokens": int(sys.argv[2]), "temperature": 0,
+  "chat_template_kwargs": {"enable_thinking": sys.argv[3] == "true"}}))' "$PROMPT" "$MAX_TOKENS" "$THINKING")
 echo "[run] POST http://$LISTEN/v1/chat/completions: $PROMPT"
 RESP=$(curl -sS --max-time "$REQUEST_TIMEOUT" -H 'Content-Type: application/json' \
   -d "$BODY" -w '\n%{http_code}' "http://$LISTEN/v1/chat/completions")
@@ -106,7 +111,7 @@ c = r["choices"][0]
 print("=== answer: assistant message content (finish_reason: %s) ===" % c.get("finish_reason"))
 print(c["message"].get("content"))
 if c["message"].get("reasoning_content"):
-    print("=== assistant reasoning_content (GLM thinking is on) ===")
+    print("=== assistant reasoning_content (GLM thinking) ===")
     print(c["message"]["reasoning_content"])
 print("=== raw JSON ===")
 print(json.dumps(r, ensure_ascii=False))'

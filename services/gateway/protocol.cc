@@ -378,6 +378,23 @@ Err ParseBody(std::string_view body, json* out) {
   return std::nullopt;
 }
 
+// chat_template_kwargs: only the keys our templates understand; anything else
+// is refused rather than silently ignored.
+Err ParseTemplateKwargs(const json& o, ChatRequest* r) {
+  auto it = o.find("chat_template_kwargs");
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return TypeError("chat_template_kwargs", "an object");
+  for (const auto& [key, value] : it->items()) {
+    const std::string p = "chat_template_kwargs." + key;
+    if (key != "enable_thinking" && key != "clear_thinking") {
+      return BadRequest("'" + p + "' is not supported (supported: enable_thinking, clear_thinking)", p);
+    }
+    if (!value.is_boolean()) return TypeError(p, "a boolean");
+    (key == "enable_thinking" ? r->enable_thinking : r->clear_thinking) = value.get<bool>();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLimits& limits, ChatRequest* out) {
@@ -386,6 +403,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLi
   if (auto e = ParseMessages(o, &out->messages)) return e;
   if (auto e = ParseCommon(o, limits, /*chat=*/true, &out->common)) return e;
   if (auto e = ParseTools(o, out)) return e;
+  if (auto e = ParseTemplateKwargs(o, out)) return e;
   return std::nullopt;
 }
 

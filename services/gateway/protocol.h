@@ -60,6 +60,10 @@ struct ChatRequest {
   nlohmann::json tools;        // validated array of {type:function, function:{name,...}} or null
   std::string tool_choice;     // "none", "auto", "required", or a function name
   bool tool_choice_named = false;
+  // chat_template_kwargs (vLLM/SGLang convention): GLM thinking on/off and
+  // whether reasoning of turns before the last user turn is dropped.
+  bool enable_thinking = true;
+  bool clear_thinking = true;
 };
 
 struct CompletionRequest {

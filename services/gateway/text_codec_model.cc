@@ -78,6 +78,8 @@ absl::StatusOr<std::string> ModelTextCodec::Render(const ChatRequest& request) c
   }
   if (!request.tools.is_null() && request.tool_choice != "none") r.tools = ojson::parse(request.tools.dump());
   r.add_generation_prompt = true;
+  r.enable_thinking = request.enable_thinking;
+  r.clear_thinking = request.clear_thinking;
   return text::RenderChat(format_, r);
 }
 
@@ -127,8 +129,9 @@ std::unique_ptr<OutputParser> ModelTextCodec::NewChatParser(const ChatRequest& r
   if (format_ != text::ChatFormat::kGlm) return std::make_unique<PlainOutputParser>();
   ojson tools = (!request.tools.is_null() && request.tool_choice != "none") ? ojson::parse(request.tools.dump())
                                                                              : ojson(nullptr);
-  // The GLM generation prompt ends with "<think>" (thinking on): output starts in reasoning.
-  return std::make_unique<GlmParser>(/*start_in_reasoning=*/true, std::move(tools));
+  // With thinking on the GLM generation prompt ends with "<think>", so output
+  // starts in reasoning; with it off the prompt ends with "</think>".
+  return std::make_unique<GlmParser>(/*start_in_reasoning=*/request.enable_thinking, std::move(tools));
 }
 
 }  // namespace moe::gateway

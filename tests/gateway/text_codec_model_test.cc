@@ -82,6 +82,36 @@ TEST(GatewayModelCodec, ParsesReasoningAndToolCallsWhileStreaming) {
             nlohmann::json({{"city", "Paris"}}));
 }
 
+TEST(GatewayModelCodec, ThinkingOffRendersClosedThinkAndParsesContent) {
+  auto c = Codec();
+  ASSERT_TRUE(c);
+  auto req = Parse(R"({"model":"m","messages":[{"role":"user","content":"Hi"}],"chat_template_kwargs":{"enable_thinking":false}})");
+  EXPECT_FALSE(req.enable_thinking);
+  auto prompt = c->Render(req);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(prompt->substr(prompt->size() - 21), "<|assistant|></think>");
+  auto p = c->NewChatParser(req);
+  auto d = p->Push("Hello there.");
+  auto f = p->Finish();
+  EXPECT_EQ(d.content + f.content, "Hello there.");
+  EXPECT_EQ(d.reasoning + f.reasoning, "");
+}
+
+TEST(GatewayModelCodec, TemplateKwargsAreValidated) {
+  ProtocolLimits l;
+  l.model_names = {"m"};
+  ChatRequest r;
+  auto e = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":"no"}})", l, &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "chat_template_kwargs.enable_thinking");
+  e = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"reasoning_effort":"max"}})", l, &r);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("not supported"), std::string::npos);
+  e = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]})", l, &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "chat_template_kwargs");
+}
+
 TEST(GatewayModelCodec, StopIdsAndTokenBytes) {
   auto c = Codec();
   ASSERT_TRUE(c);
