@@ -15,14 +15,15 @@ namespace moe::cli {
 namespace {
 
 absl::Status DoRun(int argc, char** argv, bool* help) {
-  std::string model, prompt_ids, attention = "explicit", kv_dtype = "f32", save_kv, resume_kv;
+  std::string model, attention = "explicit", kv_dtype = "f32", save_kv, resume_kv;
   int64_t max_tokens = 32, top_k = 0, seed = 0;
   double temperature = 0, top_p = 1.0;
   bool greedy = false, json = false;
   uint64_t ram_budget = 0;
   FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint).");
   flags.AddString("model", &model, "model directory (config.json + safetensors)");
-  flags.AddString("prompt-ids", &prompt_ids, "prompt token ids, comma-separated");
+  PromptFlags prompt_flags;
+  AddPromptFlags(flags, "prompt-ids", &prompt_flags);
   flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
   flags.AddBool("greedy", &greedy, "greedy decoding (default unless --temperature > 0)");
   flags.AddDouble("temperature", &temperature, "sampling temperature (0 = greedy)");
@@ -42,10 +43,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
     return absl::OkStatus();
   }
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
-  std::vector<int32_t> prompt;
-  if (!prompt_ids.empty() || resume_kv.empty()) {
-    MOE_ASSIGN_OR_RETURN(prompt, ParseIdList("prompt-ids", prompt_ids));
-  }
+  MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "prompt-ids", model, /*allow_empty=*/!resume_kv.empty()));
+  std::vector<int32_t> prompt = std::move(in.ids);
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
   EngineConfig ec;
   if (attention == "absorbed") {
@@ -73,7 +72,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
     if (c.pending_token() >= 0) feed.push_back(c.pending_token());
     feed.insert(feed.end(), prompt.begin(), prompt.end());
     prompt = feed;
-    if (prompt.empty()) return absl::InvalidArgumentError("--resume-kv: nothing to continue from; give --prompt-ids");
+    if (prompt.empty()) return absl::InvalidArgumentError("--resume-kv: nothing to continue from; give a prompt");
     ec.kv_dtype = c.dtype();
     resumed.emplace(std::move(c));
   }
@@ -94,6 +93,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
     nlohmann::json j;
     j["tokens"] = r.tokens;
     j["stopped_at_eos"] = r.stopped_at_eos;
+    if (in.text) j["text"] = in.text->tokenizer->Decode(r.tokens, /*skip_special=*/true);
     j["stats"] = {{"prompt_tokens", prompt.size()},
                   {"generated_tokens", r.tokens.size()},
                   {"prefill_seconds", r.prefill_seconds},
@@ -110,6 +110,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   } else {
     for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);
     std::printf("\n");
+    if (in.text) std::printf("%s\n", in.text->tokenizer->Decode(r.tokens, /*skip_special=*/true).c_str());
     std::fprintf(stderr,
                  "%zu tokens; prefill %.1f tok/s, decode %.2f tok/s; expert hit rate %.3f; read %lld B; peak RSS "
                  "%lld B\n",

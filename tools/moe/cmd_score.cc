@@ -15,12 +15,13 @@ namespace moe::cli {
 namespace {
 
 absl::Status DoScore(int argc, char** argv) {
-  std::string model, ids_text, attention = "explicit";
+  std::string model, attention = "explicit";
   bool json = false;
   uint64_t ram_budget = 0;
   FlagSet flags("score", "Teacher-forced scoring: per position the argmax and log p(next token).");
   flags.AddString("model", &model, "model directory (config.json + safetensors)");
-  flags.AddString("ids", &ids_text, "token ids, comma-separated");
+  PromptFlags prompt_flags;
+  AddPromptFlags(flags, "ids", &prompt_flags);
   flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
   flags.AddString("attention", &attention, "explicit (HF-exact) or absorbed");
   flags.AddBool("json", &json, "print JSON");
@@ -30,7 +31,8 @@ absl::Status DoScore(int argc, char** argv) {
     return absl::OkStatus();
   }
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
-  MOE_ASSIGN_OR_RETURN(auto ids, ParseIdList("ids", ids_text));
+  MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "ids", model, /*allow_empty=*/false));
+  const std::vector<int32_t>& ids = in.ids;
   EngineConfig ec;
   if (attention == "absorbed") {
     ec.attention = AttentionPath::kAbsorbed;

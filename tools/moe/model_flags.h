@@ -1,15 +1,40 @@
-// Shared pieces of `moe run` and `moe score`: id-list parsing, the memory
-// plan check, process stats.
+// Shared pieces of `moe run` and `moe score`: the prompt (ids, text or chat),
+// id-list parsing, the memory plan check, process stats.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/flags.h"
 #include "common/model/engine.h"
+#include "common/text/model_text.h"
 
 namespace moe::cli {
+
+// The prompt of `moe run` / `moe score`: exactly one of token ids, plain text
+// (encoded with the model's tokenizer.json) or a chat (OpenAI-style messages
+// JSON, or {"messages": [...], "tools": [...]}, rendered with the model's chat
+// template, then encoded).
+struct PromptFlags {
+  std::string ids;          // --<ids_flag> 1,2,3
+  std::string text;         // --prompt TEXT
+  std::string chat;         // --chat JSON
+  std::string tokenizer;    // --tokenizer DIR (default: the model directory)
+  std::string chat_format;  // --chat-format glm|deepseek_v3 (default: detected)
+  bool thinking = true;     // --no-thinking: GLM prompt ends in </think>
+};
+void AddPromptFlags(FlagSet& flags, const char* ids_flag, PromptFlags* p);
+
+struct Prompt {
+  std::vector<int32_t> ids;
+  std::optional<text::ModelText> text;  // set when the prompt was text or chat
+};
+// `allow_empty`: no prompt at all is fine (moe run --resume-kv).
+absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag, const std::string& model_dir,
+                                     bool allow_empty);
 
 // "1,2,3" -> {1,2,3}; errors name the flag and the bad item.
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text);
