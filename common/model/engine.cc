@@ -50,13 +50,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
   MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(model_dir));
-  MOE_ASSIGN_OR_RETURN(e->ck_, HfCheckpoint::Open(model_dir));
+  MOE_ASSIGN_OR_RETURN(e->ck_, OpenCheckpoint(model_dir));
   LoadOptions lo;
   lo.load_mtp = cfg.load_mtp;
   MOE_ASSIGN_OR_RETURN(auto weights, LoadResidentWeights(*e->ck_, c, lo));
   if (cfg.dense_format) MOE_RETURN_IF_ERROR(RequantizeDense(*weights, *cfg.dense_format));
   MOE_RETURN_IF_ERROR(ValidateExperts(*e->ck_, c, weights->mtp != nullptr));
-  const HfCheckpoint* ck = e->ck_.get();
+  const SafetensorsReader* ck = e->ck_.get();
   const ModelConfig cc = c;
   e->store_ = std::make_unique<InProcessExpertStore>(
       [ck, cc, fmt = cfg.expert_format](int layer, int expert) -> absl::StatusOr<OwnedExpert> {

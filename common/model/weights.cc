@@ -1,9 +1,11 @@
 #include "common/model/weights.h"
 
 #include <cstring>
+#include <filesystem>
 
 #include "common/base/status.h"
 #include "common/format/quantize.h"
+#include "common/format/dtype.h"
 #include "common/model/bf16.h"
 
 namespace moe {
@@ -15,12 +17,12 @@ std::string ShapeStr(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-absl::StatusOr<const TensorRef*> Need(const HfCheckpoint& ck, const std::string& name,
-                                      const std::vector<int64_t>& shape) {
-  const TensorRef* t = ck.Find(name);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat(ck.dir(), ": tensor '", name, "' is missing"));
+absl::StatusOr<const TensorInfo*> Need(const SafetensorsReader& ck, const std::string& name,
+                                       const std::vector<int64_t>& shape) {
+  const TensorInfo* t = ck.Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat(ck.path(), ": tensor '", name, "' is missing"));
   if (t->shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat(ck.dir(), ": tensor '", name, "' has shape ", ShapeStr(t->shape),
+    return absl::InvalidArgumentError(absl::StrCat(ck.path(), ": tensor '", name, "' has shape ", ShapeStr(t->shape),
                                                    ", config expects ", ShapeStr(shape)));
   }
   return t;
@@ -28,67 +30,75 @@ absl::StatusOr<const TensorRef*> Need(const HfCheckpoint& ck, const std::string&
 
 // Builds a matrix from `rows` x `cols` elements of `t` starting at element
 // `offset`. Keeps bf16/f32 as stored unless `force_f32`; FP8 is dequantized
-// with its block scales (`scale`, may be null for non-FP8) to bf16.
-absl::StatusOr<OwnedMatrix> MakeMatrix(const ModelConfig& c, const TensorRef& t, int64_t offset, int64_t rows,
-                                       int64_t cols, const TensorRef* scale, bool force_f32) {
+// with its block scales (`scale`, may be null for non-FP8) to bf16. All reads
+// and decoding go through common/format (SafetensorsReader, dtype.h).
+absl::StatusOr<OwnedMatrix> MakeMatrix(const SafetensorsReader& ck, const ModelConfig& c, const TensorInfo& t,
+                                       int64_t offset, int64_t rows, int64_t cols, const TensorInfo* scale,
+                                       bool force_f32) {
   OwnedMatrix m;
   m.m.rows = rows;
   m.m.cols = cols;
   const int64_t n = rows * cols;
-  if (t.dtype == "BF16" && !force_f32) {
+  const int64_t es = DTypeSize(t.dtype);
+  if (t.dtype == DType::kBF16 && !force_f32) {
     m.m.format = QFormat::kBF16;
     m.data.resize(n * 2);
-    std::memcpy(m.data.data(), t.data + offset * 2, n * 2);
-  } else if (t.dtype == "F8_E4M3") {
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadRange(t.file, t.offset + offset * 2, n * 2, m.data.data()), t.name));
+  } else if (t.dtype == DType::kF8E4M3) {
     if (scale == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is FP8 but has no weight_scale_inv"));
     }
     const int64_t br = c.fp8_block_rows, bc = c.fp8_block_cols;
     const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
-    if (scale->shape != std::vector<int64_t>{srows, scols} || scale->dtype != "F32") {
+    if (scale->shape != std::vector<int64_t>{srows, scols} || scale->dtype != DType::kF32) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", scale->name, "' must be F32 ", ShapeStr({srows, scols})));
     }
-    std::vector<float> w(n), s(srows * scols);
-    MOE_RETURN_IF_ERROR(DecodeToF32("F8_E4M3", t.data + offset, n, w.data()));
-    std::memcpy(s.data(), scale->data, s.size() * 4);
+    if (offset != 0 || t.numel() != n || br != kFp8BlockSize || bc != kFp8BlockSize) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': FP8 needs a whole 2-D tensor with ",
+                                                     kFp8BlockSize, "x", kFp8BlockSize, " block scales"));
+    }
+    // W[r, c] = float(q[r, c]) * S[r / 128, c / 128] in f32 (the reader's dequantization).
+    std::vector<float> w(n);
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensorF32(t, w.data()), t.name));
     m.m.format = force_f32 ? QFormat::kF32 : QFormat::kBF16;
     m.data.resize(n * (force_f32 ? 4 : 2));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t k = 0; k < cols; ++k) {
-        const float v = w[r * cols + k] * s[(r / br) * scols + k / bc];
-        if (force_f32) {
-          std::memcpy(m.data.data() + (r * cols + k) * 4, &v, 4);
-        } else {
-          const uint16_t b = F32ToBF16Bits(v);
-          std::memcpy(m.data.data() + (r * cols + k) * 2, &b, 2);
-        }
+    if (force_f32) {
+      std::memcpy(m.data.data(), w.data(), n * 4);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t b = F32ToBf16(w[i]);
+        std::memcpy(m.data.data() + i * 2, &b, 2);
       }
     }
   } else {
+    if (!DTypeIsFloat(t.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has non-float dtype ", AV(DTypeName(t.dtype))));
+    }
     m.m.format = QFormat::kF32;
     m.data.resize(n * 4);
-    const int64_t es = t.dtype == "F32" ? 4 : 2;
-    MOE_RETURN_IF_ERROR(DecodeToF32(t.dtype, t.data + offset * es, n, reinterpret_cast<float*>(m.data.data())));
+    std::vector<uint8_t> raw(n * es);
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadRange(t.file, t.offset + offset * es, n * es, raw.data()), t.name));
+    DecodeToF32(t.dtype, raw.data(), n, reinterpret_cast<float*>(m.data.data()));
   }
   m.m.data = m.data.data();
   return m;
 }
 
-absl::StatusOr<OwnedMatrix> LoadMatrix(const HfCheckpoint& ck, const ModelConfig& c, const std::string& name,
+absl::StatusOr<OwnedMatrix> LoadMatrix(const SafetensorsReader& ck, const ModelConfig& c, const std::string& name,
                                        int64_t rows, int64_t cols, bool force_f32 = false) {
-  MOE_ASSIGN_OR_RETURN(const TensorRef* t, Need(ck, name, {rows, cols}));
-  const TensorRef* scale = ck.Find(name + "_scale_inv");
-  return MakeMatrix(c, *t, 0, rows, cols, scale, force_f32);
+  MOE_ASSIGN_OR_RETURN(const TensorInfo* t, Need(ck, name, {rows, cols}));
+  const TensorInfo* scale = ck.ScaleOf(*t);
+  return MakeMatrix(ck, c, *t, 0, rows, cols, scale, force_f32);
 }
 
-absl::StatusOr<std::vector<float>> LoadVector(const HfCheckpoint& ck, const std::string& name, int64_t n) {
-  MOE_ASSIGN_OR_RETURN(const TensorRef* t, Need(ck, name, {n}));
+absl::StatusOr<std::vector<float>> LoadVector(const SafetensorsReader& ck, const std::string& name, int64_t n) {
+  MOE_ASSIGN_OR_RETURN(const TensorInfo* t, Need(ck, name, {n}));
   std::vector<float> v(n);
-  MOE_RETURN_IF_ERROR(Annotate(DecodeToF32(t->dtype, t->data, n, v.data()), name));
+  MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensorF32(*t, v.data()), name));
   return v;
 }
 
-absl::Status LoadLayer(const HfCheckpoint& ck, const ModelConfig& c, int l, bool moe, bool indexer,
+absl::Status LoadLayer(const SafetensorsReader& ck, const ModelConfig& c, int l, bool moe, bool indexer,
                        LayerWeights& w) {
   const std::string p = absl::StrCat("model.layers.", l, ".");
   const int64_t H = c.hidden_size, nh = c.num_attention_heads;
@@ -155,6 +165,20 @@ int64_t PlanLayerBytes(const ModelConfig& c, bool moe, bool indexer) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<SafetensorsReader>> OpenCheckpoint(const std::string& dir) {
+  OpenOptions o;
+  o.direct_io = false;
+  // A directory without an index may hold other *.safetensors files (e.g.
+  // debug.safetensors next to an oracle checkpoint): open only the model's.
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec) &&
+      !std::filesystem::exists(std::filesystem::path(dir) / kIndexFileName, ec) &&
+      std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors", ec)) {
+    return SafetensorsReader::Open((std::filesystem::path(dir) / "model.safetensors").string(), o);
+  }
+  return SafetensorsReader::Open(dir, o);
+}
+
 int64_t LayerWeights::Bytes() const {
   int64_t b = 4 * static_cast<int64_t>(input_norm.size() + post_norm.size() + q_a_norm.size() + kv_a_norm.size() +
                                        idx_k_norm_w.size() + idx_k_norm_b.size() + router_bias.size());
@@ -183,7 +207,7 @@ int64_t PlanResidentBytes(const ModelConfig& c, bool with_mtp) {
 
 int64_t PlanExpertBytes(const ModelConfig& c) { return 3 * MatBytes(c.moe_intermediate_size, c.hidden_size); }
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckpoint& ck, const ModelConfig& c,
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const SafetensorsReader& ck, const ModelConfig& c,
                                                                    const LoadOptions& opt) {
   auto w = std::make_unique<ModelWeights>();
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -246,17 +270,17 @@ absl::Status RequantizeDense(ModelWeights& w, QFormat f) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, const ModelConfig& c, int layer, int e) {
+absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const SafetensorsReader& ck, const ModelConfig& c, int layer, int e) {
   if (e < 0 || e >= c.n_routed_experts) return absl::NotFoundError(absl::StrCat("expert ", e, " out of range"));
   const int64_t H = c.hidden_size, Im = c.moe_intermediate_size, E = c.n_routed_experts;
   const std::string p = absl::StrCat("model.layers.", layer, ".mlp.experts.");
   OwnedExpert x;
-  if (const TensorRef* gu = ck.Find(p + "gate_up_proj"); gu != nullptr) {
+  if (const TensorInfo* gu = ck.Find(p + "gate_up_proj"); gu != nullptr) {
     MOE_ASSIGN_OR_RETURN(gu, Need(ck, p + "gate_up_proj", {E, 2 * Im, H}));
-    MOE_ASSIGN_OR_RETURN(const TensorRef* dn, Need(ck, p + "down_proj", {E, H, Im}));
-    MOE_ASSIGN_OR_RETURN(x.gate, MakeMatrix(c, *gu, e * 2 * Im * H, Im, H, nullptr, false));
-    MOE_ASSIGN_OR_RETURN(x.up, MakeMatrix(c, *gu, e * 2 * Im * H + Im * H, Im, H, nullptr, false));
-    MOE_ASSIGN_OR_RETURN(x.down, MakeMatrix(c, *dn, e * H * Im, H, Im, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(const TensorInfo* dn, Need(ck, p + "down_proj", {E, H, Im}));
+    MOE_ASSIGN_OR_RETURN(x.gate, MakeMatrix(ck, c, *gu, e * 2 * Im * H, Im, H, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(x.up, MakeMatrix(ck, c, *gu, e * 2 * Im * H + Im * H, Im, H, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(x.down, MakeMatrix(ck, c, *dn, e * H * Im, H, Im, nullptr, false));
     return x;
   }
   const std::string q = absl::StrCat(p, e, ".");
@@ -266,7 +290,7 @@ absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, con
   return x;
 }
 
-absl::Status ValidateExperts(const HfCheckpoint& ck, const ModelConfig& c, bool with_mtp) {
+absl::Status ValidateExperts(const SafetensorsReader& ck, const ModelConfig& c, bool with_mtp) {
   const int64_t H = c.hidden_size, Im = c.moe_intermediate_size, E = c.n_routed_experts;
   auto check_layer = [&](int l) -> absl::Status {
     const std::string p = absl::StrCat("model.layers.", l, ".mlp.experts.");

@@ -121,7 +121,7 @@ TEST_P(EngineTest, EachDistinctExpertFetchedOncePerLayerPerBatch) {
   ASSERT_TRUE(eng);
   CountingSource counting(&eng->experts());
   auto cfg = eng->config();
-  auto ck = HfCheckpoint::Open(dir_);
+  auto ck = OpenCheckpoint(dir_);
   ASSERT_TRUE(ck.ok());
   auto w = LoadResidentWeights(**ck, cfg);
   ASSERT_TRUE(w.ok());
