@@ -86,6 +86,7 @@ class Engine {
  private:
   EngineConfig cfg_;
   std::unique_ptr<SafetensorsReader> ck_;
+  std::unique_ptr<Container> container_;  // set when model_dir is a converted container
   std::unique_ptr<InProcessExpertStore> store_;
   std::unique_ptr<Model> model_;
 };

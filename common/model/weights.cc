@@ -6,6 +6,7 @@
 #include "common/base/status.h"
 #include "common/format/quantize.h"
 #include "common/format/dtype.h"
+#include "common/format/qformat.h"
 #include "common/model/bf16.h"
 
 namespace moe {
@@ -98,7 +99,49 @@ absl::StatusOr<std::vector<float>> LoadVector(const SafetensorsReader& ck, const
   return v;
 }
 
-absl::Status LoadLayer(const SafetensorsReader& ck, const ModelConfig& c, int l, bool moe, bool indexer,
+// ---- converted container (docs/CONTAINER.md): matrices keep their stored
+// QFormat and go through the kernels as is. ----
+
+absl::StatusOr<const ContainerTensor*> Need(const Container& ck, const std::string& name,
+                                            const std::vector<int64_t>& shape) {
+  const ContainerTensor* t = ck.Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("container: tensor '", name, "' is missing"));
+  if (t->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("container: tensor '", name, "' has shape ", ShapeStr(t->shape),
+                                                   ", config expects ", ShapeStr(shape)));
+  }
+  return t;
+}
+
+absl::StatusOr<OwnedMatrix> LoadMatrix(const Container& ck, const ModelConfig& c, const std::string& name,
+                                       int64_t rows, int64_t cols, bool force_f32 = false) {
+  MOE_ASSIGN_OR_RETURN(const ContainerTensor* t, Need(ck, name, {rows, cols}));
+  OwnedMatrix m;
+  m.m.rows = rows;
+  m.m.cols = cols;
+  if (force_f32 && t->format != QFormat::kF32) {
+    MOE_ASSIGN_OR_RETURN(std::vector<float> w, ck.ReadTensorF32(*t));
+    m.m.format = QFormat::kF32;
+    m.data.resize(w.size() * 4);
+    std::memcpy(m.data.data(), w.data(), m.data.size());
+  } else {
+    m.m.format = t->format;
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensor(*t, &m.data, &m.scales), name));
+  }
+  m.m.data = m.data.data();
+  m.m.scales = m.scales.empty() ? nullptr : m.scales.data();
+  return m;
+}
+
+absl::StatusOr<std::vector<float>> LoadVector(const Container& ck, const std::string& name, int64_t n) {
+  MOE_ASSIGN_OR_RETURN(const ContainerTensor* t, Need(ck, name, {n}));
+  MOE_ASSIGN_OR_RETURN(std::vector<float> v, ck.ReadTensorF32(*t));
+  if (static_cast<int64_t>(v.size()) != n) return absl::DataLossError(absl::StrCat("container: tensor '", name, "' size"));
+  return v;
+}
+
+template <class Src>
+absl::Status LoadLayer(const Src& ck, const ModelConfig& c, int l, bool moe, bool indexer,
                        LayerWeights& w) {
   const std::string p = absl::StrCat("model.layers.", l, ".");
   const int64_t H = c.hidden_size, nh = c.num_attention_heads;
@@ -207,7 +250,8 @@ int64_t PlanResidentBytes(const ModelConfig& c, bool with_mtp) {
 
 int64_t PlanExpertBytes(const ModelConfig& c) { return 3 * MatBytes(c.moe_intermediate_size, c.hidden_size); }
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const SafetensorsReader& ck, const ModelConfig& c,
+template <class Src>
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentImpl(const Src& ck, const ModelConfig& c,
                                                                    const LoadOptions& opt) {
   auto w = std::make_unique<ModelWeights>();
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -234,6 +278,16 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const Safetens
     w->mtp = std::move(m);
   }
   return w;
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const SafetensorsReader& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt) {
+  return LoadResidentImpl(ck, c, opt);
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const Container& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt) {
+  return LoadResidentImpl(ck, c, opt);
 }
 
 absl::Status Requantize(OwnedMatrix& m, QFormat f, std::string_view what) {
@@ -303,6 +357,53 @@ absl::Status ValidateExperts(const SafetensorsReader& ck, const ModelConfig& c, 
       MOE_RETURN_IF_ERROR(Need(ck, q + "gate_proj.weight", {Im, H}).status());
       MOE_RETURN_IF_ERROR(Need(ck, q + "up_proj.weight", {Im, H}).status());
       MOE_RETURN_IF_ERROR(Need(ck, q + "down_proj.weight", {H, Im}).status());
+    }
+    return absl::OkStatus();
+  };
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.layer_is_moe[l]) MOE_RETURN_IF_ERROR(check_layer(l));
+  }
+  if (with_mtp) MOE_RETURN_IF_ERROR(check_layer(c.num_hidden_layers));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OwnedExpert> LoadExpertFromContainer(const Container& ck, int layer, int e) {
+  const ExpertRecordInfo* r = ck.FindExpert(layer, e);
+  if (r == nullptr) return absl::NotFoundError(absl::StrCat("container: no record for layer ", layer, " expert ", e));
+  AlignedBuffer buf;
+  MOE_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, ck.ReadRecord(*r, &buf));
+  const auto views = Container::ViewRecord(*r, bytes.data());
+  OwnedExpert x;
+  OwnedMatrix* out[3] = {&x.gate, &x.up, &x.down};
+  for (int p = 0; p < 3; ++p) {
+    const QMatrixView& v = views[p];
+    OwnedMatrix& m = *out[p];
+    m.m.format = v.format;
+    m.m.rows = v.rows;
+    m.m.cols = v.cols;
+    const int64_t db = DataBytes(v.format, v.rows, v.cols), sb = ScaleBytes(v.format, v.rows, v.cols);
+    m.data.assign(v.data, v.data + db);
+    if (sb > 0) m.scales.assign(v.scales, v.scales + sb / static_cast<int64_t>(sizeof(float)));
+    m.m.data = m.data.data();
+    m.m.scales = m.scales.empty() ? nullptr : m.scales.data();
+  }
+  return x;
+}
+
+absl::Status ValidateExperts(const Container& ck, const ModelConfig& c, bool with_mtp) {
+  auto check_layer = [&](int l) -> absl::Status {
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      const ExpertRecordInfo* r = ck.FindExpert(l, e);
+      if (r == nullptr) return absl::NotFoundError(absl::StrCat("container: no record for layer ", l, " expert ", e));
+      const int64_t H = c.hidden_size, Im = c.moe_intermediate_size;
+      const int64_t want[3][2] = {{Im, H}, {Im, H}, {H, Im}};
+      for (int p = 0; p < 3; ++p) {
+        const ContainerTensor* t = r->parts[p].tensor;
+        if (t == nullptr || t->rows != want[p][0] || t->cols != want[p][1]) {
+          return absl::InvalidArgumentError(absl::StrCat("container: layer ", l, " expert ", e, " part ", p,
+                                                         " does not match the config"));
+        }
+      }
     }
     return absl::OkStatus();
   };

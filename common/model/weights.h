@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
 #include "common/model/expert_source.h"
+#include "common/format/container.h"
 #include "common/format/safetensors.h"
 #include "common/model/linear.h"
 
@@ -97,6 +98,13 @@ struct OwnedExpert {
 
 // Reads routed expert (layer, e) from the checkpoint (per-expert tensors or
 // HF's fused gate_up_proj/down_proj), checking shapes.
+// The same from a converted container (moe convert): matrices keep the
+// container's QFormat (q8/q4 go through the quantized kernels).
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const Container& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt = {});
+absl::StatusOr<OwnedExpert> LoadExpertFromContainer(const Container& ck, int layer, int e);
+absl::Status ValidateExperts(const Container& ck, const ModelConfig& c, bool with_mtp);
+
 absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const SafetensorsReader& ck, const ModelConfig& c, int layer, int e);
 // Verifies that every routed expert tensor of every MoE layer is present with
 // the right shape (without reading data), so a bad checkpoint fails at load.

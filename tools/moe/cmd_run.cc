@@ -20,8 +20,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   double temperature = 0, top_p = 1.0;
   bool greedy = false, json = false;
   uint64_t ram_budget = 0;
-  FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint).");
-  flags.AddString("model", &model, "model directory (config.json + safetensors)");
+  FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint or `moe convert` container).");
+  flags.AddString("model", &model, "model directory: HF checkpoint (config.json + safetensors) or converted container");
   flags.AddString("prompt-ids", &prompt_ids, "prompt token ids, comma-separated");
   flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
   flags.AddBool("greedy", &greedy, "greedy decoding (default unless --temperature > 0)");
