@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include "common/base/status.h"
@@ -50,17 +51,30 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
   MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(model_dir));
-  MOE_ASSIGN_OR_RETURN(e->ck_, HfCheckpoint::Open(model_dir));
   LoadOptions lo;
   lo.load_mtp = cfg.load_mtp;
-  MOE_ASSIGN_OR_RETURN(auto weights, LoadResidentWeights(*e->ck_, c, lo));
-  if (cfg.dense_format) MOE_RETURN_IF_ERROR(RequantizeDense(*weights, *cfg.dense_format));
-  MOE_RETURN_IF_ERROR(ValidateExperts(*e->ck_, c, weights->mtp != nullptr));
-  const HfCheckpoint* ck = e->ck_.get();
+  ExpertLoader load_expert;
+  std::unique_ptr<ModelWeights> weights;
   const ModelConfig cc = c;
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(model_dir) / "moestream.json", ec)) {
+    // Converted container: matrices keep their stored QFormat.
+    MOE_ASSIGN_OR_RETURN(e->container_, Container::Open(model_dir));
+    MOE_ASSIGN_OR_RETURN(weights, LoadResidentWeights(*e->container_, c, lo));
+    MOE_RETURN_IF_ERROR(ValidateExperts(*e->container_, c, weights->mtp != nullptr));
+    const Container* ct = e->container_.get();
+    load_expert = [ct](int layer, int expert) { return LoadExpertFromContainer(*ct, layer, expert); };
+  } else {
+    MOE_ASSIGN_OR_RETURN(e->ck_, OpenCheckpoint(model_dir));
+    MOE_ASSIGN_OR_RETURN(weights, LoadResidentWeights(*e->ck_, c, lo));
+    MOE_RETURN_IF_ERROR(ValidateExperts(*e->ck_, c, weights->mtp != nullptr));
+    const SafetensorsReader* ck = e->ck_.get();
+    load_expert = [ck, cc](int layer, int expert) { return LoadExpertFromCheckpoint(*ck, cc, layer, expert); };
+  }
+  if (cfg.dense_format) MOE_RETURN_IF_ERROR(RequantizeDense(*weights, *cfg.dense_format));
   e->store_ = std::make_unique<InProcessExpertStore>(
-      [ck, cc, fmt = cfg.expert_format](int layer, int expert) -> absl::StatusOr<OwnedExpert> {
-        MOE_ASSIGN_OR_RETURN(OwnedExpert x, LoadExpertFromCheckpoint(*ck, cc, layer, expert));
+      [load_expert, fmt = cfg.expert_format](int layer, int expert) -> absl::StatusOr<OwnedExpert> {
+        MOE_ASSIGN_OR_RETURN(OwnedExpert x, load_expert(layer, expert));
         if (fmt) {
           for (OwnedMatrix* m : {&x.gate, &x.up, &x.down}) MOE_RETURN_IF_ERROR(Requantize(*m, *fmt, "expert"));
         }

@@ -16,7 +16,6 @@
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
 #include "common/model/expert_store.h"
-#include "common/model/hf_checkpoint.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model.h"
 
@@ -86,7 +85,8 @@ class Engine {
 
  private:
   EngineConfig cfg_;
-  std::unique_ptr<HfCheckpoint> ck_;
+  std::unique_ptr<SafetensorsReader> ck_;
+  std::unique_ptr<Container> container_;  // set when model_dir is a converted container
   std::unique_ptr<InProcessExpertStore> store_;
   std::unique_ptr<Model> model_;
 };

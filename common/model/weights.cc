@@ -1,9 +1,12 @@
 #include "common/model/weights.h"
 
 #include <cstring>
+#include <filesystem>
 
 #include "common/base/status.h"
 #include "common/format/quantize.h"
+#include "common/format/dtype.h"
+#include "common/format/qformat.h"
 #include "common/model/bf16.h"
 
 namespace moe {
@@ -15,12 +18,12 @@ std::string ShapeStr(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-absl::StatusOr<const TensorRef*> Need(const HfCheckpoint& ck, const std::string& name,
-                                      const std::vector<int64_t>& shape) {
-  const TensorRef* t = ck.Find(name);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat(ck.dir(), ": tensor '", name, "' is missing"));
+absl::StatusOr<const TensorInfo*> Need(const SafetensorsReader& ck, const std::string& name,
+                                       const std::vector<int64_t>& shape) {
+  const TensorInfo* t = ck.Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat(ck.path(), ": tensor '", name, "' is missing"));
   if (t->shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat(ck.dir(), ": tensor '", name, "' has shape ", ShapeStr(t->shape),
+    return absl::InvalidArgumentError(absl::StrCat(ck.path(), ": tensor '", name, "' has shape ", ShapeStr(t->shape),
                                                    ", config expects ", ShapeStr(shape)));
   }
   return t;
@@ -28,67 +31,117 @@ absl::StatusOr<const TensorRef*> Need(const HfCheckpoint& ck, const std::string&
 
 // Builds a matrix from `rows` x `cols` elements of `t` starting at element
 // `offset`. Keeps bf16/f32 as stored unless `force_f32`; FP8 is dequantized
-// with its block scales (`scale`, may be null for non-FP8) to bf16.
-absl::StatusOr<OwnedMatrix> MakeMatrix(const ModelConfig& c, const TensorRef& t, int64_t offset, int64_t rows,
-                                       int64_t cols, const TensorRef* scale, bool force_f32) {
+// with its block scales (`scale`, may be null for non-FP8) to bf16. All reads
+// and decoding go through common/format (SafetensorsReader, dtype.h).
+absl::StatusOr<OwnedMatrix> MakeMatrix(const SafetensorsReader& ck, const ModelConfig& c, const TensorInfo& t,
+                                       int64_t offset, int64_t rows, int64_t cols, const TensorInfo* scale,
+                                       bool force_f32) {
   OwnedMatrix m;
   m.m.rows = rows;
   m.m.cols = cols;
   const int64_t n = rows * cols;
-  if (t.dtype == "BF16" && !force_f32) {
+  const int64_t es = DTypeSize(t.dtype);
+  if (t.dtype == DType::kBF16 && !force_f32) {
     m.m.format = QFormat::kBF16;
     m.data.resize(n * 2);
-    std::memcpy(m.data.data(), t.data + offset * 2, n * 2);
-  } else if (t.dtype == "F8_E4M3") {
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadRange(t.file, t.offset + offset * 2, n * 2, m.data.data()), t.name));
+  } else if (t.dtype == DType::kF8E4M3) {
     if (scale == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is FP8 but has no weight_scale_inv"));
     }
     const int64_t br = c.fp8_block_rows, bc = c.fp8_block_cols;
     const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
-    if (scale->shape != std::vector<int64_t>{srows, scols} || scale->dtype != "F32") {
+    if (scale->shape != std::vector<int64_t>{srows, scols} || scale->dtype != DType::kF32) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", scale->name, "' must be F32 ", ShapeStr({srows, scols})));
     }
-    std::vector<float> w(n), s(srows * scols);
-    MOE_RETURN_IF_ERROR(DecodeToF32("F8_E4M3", t.data + offset, n, w.data()));
-    std::memcpy(s.data(), scale->data, s.size() * 4);
+    if (offset != 0 || t.numel() != n || br != kFp8BlockSize || bc != kFp8BlockSize) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': FP8 needs a whole 2-D tensor with ",
+                                                     kFp8BlockSize, "x", kFp8BlockSize, " block scales"));
+    }
+    // W[r, c] = float(q[r, c]) * S[r / 128, c / 128] in f32 (the reader's dequantization).
+    std::vector<float> w(n);
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensorF32(t, w.data()), t.name));
     m.m.format = force_f32 ? QFormat::kF32 : QFormat::kBF16;
     m.data.resize(n * (force_f32 ? 4 : 2));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t k = 0; k < cols; ++k) {
-        const float v = w[r * cols + k] * s[(r / br) * scols + k / bc];
-        if (force_f32) {
-          std::memcpy(m.data.data() + (r * cols + k) * 4, &v, 4);
-        } else {
-          const uint16_t b = F32ToBF16Bits(v);
-          std::memcpy(m.data.data() + (r * cols + k) * 2, &b, 2);
-        }
+    if (force_f32) {
+      std::memcpy(m.data.data(), w.data(), n * 4);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t b = F32ToBf16(w[i]);
+        std::memcpy(m.data.data() + i * 2, &b, 2);
       }
     }
   } else {
+    if (!DTypeIsFloat(t.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has non-float dtype ", AV(DTypeName(t.dtype))));
+    }
     m.m.format = QFormat::kF32;
     m.data.resize(n * 4);
-    const int64_t es = t.dtype == "F32" ? 4 : 2;
-    MOE_RETURN_IF_ERROR(DecodeToF32(t.dtype, t.data + offset * es, n, reinterpret_cast<float*>(m.data.data())));
+    std::vector<uint8_t> raw(n * es);
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadRange(t.file, t.offset + offset * es, n * es, raw.data()), t.name));
+    DecodeToF32(t.dtype, raw.data(), n, reinterpret_cast<float*>(m.data.data()));
   }
   m.m.data = m.data.data();
   return m;
 }
 
-absl::StatusOr<OwnedMatrix> LoadMatrix(const HfCheckpoint& ck, const ModelConfig& c, const std::string& name,
+absl::StatusOr<OwnedMatrix> LoadMatrix(const SafetensorsReader& ck, const ModelConfig& c, const std::string& name,
                                        int64_t rows, int64_t cols, bool force_f32 = false) {
-  MOE_ASSIGN_OR_RETURN(const TensorRef* t, Need(ck, name, {rows, cols}));
-  const TensorRef* scale = ck.Find(name + "_scale_inv");
-  return MakeMatrix(c, *t, 0, rows, cols, scale, force_f32);
+  MOE_ASSIGN_OR_RETURN(const TensorInfo* t, Need(ck, name, {rows, cols}));
+  const TensorInfo* scale = ck.ScaleOf(*t);
+  return MakeMatrix(ck, c, *t, 0, rows, cols, scale, force_f32);
 }
 
-absl::StatusOr<std::vector<float>> LoadVector(const HfCheckpoint& ck, const std::string& name, int64_t n) {
-  MOE_ASSIGN_OR_RETURN(const TensorRef* t, Need(ck, name, {n}));
+absl::StatusOr<std::vector<float>> LoadVector(const SafetensorsReader& ck, const std::string& name, int64_t n) {
+  MOE_ASSIGN_OR_RETURN(const TensorInfo* t, Need(ck, name, {n}));
   std::vector<float> v(n);
-  MOE_RETURN_IF_ERROR(Annotate(DecodeToF32(t->dtype, t->data, n, v.data()), name));
+  MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensorF32(*t, v.data()), name));
   return v;
 }
 
-absl::Status LoadLayer(const HfCheckpoint& ck, const ModelConfig& c, int l, bool moe, bool indexer,
+// ---- converted container (docs/CONTAINER.md): matrices keep their stored
+// QFormat and go through the kernels as is. ----
+
+absl::StatusOr<const ContainerTensor*> Need(const Container& ck, const std::string& name,
+                                            const std::vector<int64_t>& shape) {
+  const ContainerTensor* t = ck.Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("container: tensor '", name, "' is missing"));
+  if (t->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("container: tensor '", name, "' has shape ", ShapeStr(t->shape),
+                                                   ", config expects ", ShapeStr(shape)));
+  }
+  return t;
+}
+
+absl::StatusOr<OwnedMatrix> LoadMatrix(const Container& ck, const ModelConfig& c, const std::string& name,
+                                       int64_t rows, int64_t cols, bool force_f32 = false) {
+  MOE_ASSIGN_OR_RETURN(const ContainerTensor* t, Need(ck, name, {rows, cols}));
+  OwnedMatrix m;
+  m.m.rows = rows;
+  m.m.cols = cols;
+  if (force_f32 && t->format != QFormat::kF32) {
+    MOE_ASSIGN_OR_RETURN(std::vector<float> w, ck.ReadTensorF32(*t));
+    m.m.format = QFormat::kF32;
+    m.data.resize(w.size() * 4);
+    std::memcpy(m.data.data(), w.data(), m.data.size());
+  } else {
+    m.m.format = t->format;
+    MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensor(*t, &m.data, &m.scales), name));
+  }
+  m.m.data = m.data.data();
+  m.m.scales = m.scales.empty() ? nullptr : m.scales.data();
+  return m;
+}
+
+absl::StatusOr<std::vector<float>> LoadVector(const Container& ck, const std::string& name, int64_t n) {
+  MOE_ASSIGN_OR_RETURN(const ContainerTensor* t, Need(ck, name, {n}));
+  MOE_ASSIGN_OR_RETURN(std::vector<float> v, ck.ReadTensorF32(*t));
+  if (static_cast<int64_t>(v.size()) != n) return absl::DataLossError(absl::StrCat("container: tensor '", name, "' size"));
+  return v;
+}
+
+template <class Src>
+absl::Status LoadLayer(const Src& ck, const ModelConfig& c, int l, bool moe, bool indexer,
                        LayerWeights& w) {
   const std::string p = absl::StrCat("model.layers.", l, ".");
   const int64_t H = c.hidden_size, nh = c.num_attention_heads;
@@ -155,6 +208,20 @@ int64_t PlanLayerBytes(const ModelConfig& c, bool moe, bool indexer) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<SafetensorsReader>> OpenCheckpoint(const std::string& dir) {
+  OpenOptions o;
+  o.direct_io = false;
+  // A directory without an index may hold other *.safetensors files (e.g.
+  // debug.safetensors next to an oracle checkpoint): open only the model's.
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec) &&
+      !std::filesystem::exists(std::filesystem::path(dir) / kIndexFileName, ec) &&
+      std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors", ec)) {
+    return SafetensorsReader::Open((std::filesystem::path(dir) / "model.safetensors").string(), o);
+  }
+  return SafetensorsReader::Open(dir, o);
+}
+
 int64_t LayerWeights::Bytes() const {
   int64_t b = 4 * static_cast<int64_t>(input_norm.size() + post_norm.size() + q_a_norm.size() + kv_a_norm.size() +
                                        idx_k_norm_w.size() + idx_k_norm_b.size() + router_bias.size());
@@ -183,7 +250,8 @@ int64_t PlanResidentBytes(const ModelConfig& c, bool with_mtp) {
 
 int64_t PlanExpertBytes(const ModelConfig& c) { return 3 * MatBytes(c.moe_intermediate_size, c.hidden_size); }
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckpoint& ck, const ModelConfig& c,
+template <class Src>
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentImpl(const Src& ck, const ModelConfig& c,
                                                                    const LoadOptions& opt) {
   auto w = std::make_unique<ModelWeights>();
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -210,6 +278,16 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckp
     w->mtp = std::move(m);
   }
   return w;
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const SafetensorsReader& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt) {
+  return LoadResidentImpl(ck, c, opt);
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const Container& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt) {
+  return LoadResidentImpl(ck, c, opt);
 }
 
 absl::Status Requantize(OwnedMatrix& m, QFormat f, std::string_view what) {
@@ -246,17 +324,17 @@ absl::Status RequantizeDense(ModelWeights& w, QFormat f) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, const ModelConfig& c, int layer, int e) {
+absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const SafetensorsReader& ck, const ModelConfig& c, int layer, int e) {
   if (e < 0 || e >= c.n_routed_experts) return absl::NotFoundError(absl::StrCat("expert ", e, " out of range"));
   const int64_t H = c.hidden_size, Im = c.moe_intermediate_size, E = c.n_routed_experts;
   const std::string p = absl::StrCat("model.layers.", layer, ".mlp.experts.");
   OwnedExpert x;
-  if (const TensorRef* gu = ck.Find(p + "gate_up_proj"); gu != nullptr) {
+  if (const TensorInfo* gu = ck.Find(p + "gate_up_proj"); gu != nullptr) {
     MOE_ASSIGN_OR_RETURN(gu, Need(ck, p + "gate_up_proj", {E, 2 * Im, H}));
-    MOE_ASSIGN_OR_RETURN(const TensorRef* dn, Need(ck, p + "down_proj", {E, H, Im}));
-    MOE_ASSIGN_OR_RETURN(x.gate, MakeMatrix(c, *gu, e * 2 * Im * H, Im, H, nullptr, false));
-    MOE_ASSIGN_OR_RETURN(x.up, MakeMatrix(c, *gu, e * 2 * Im * H + Im * H, Im, H, nullptr, false));
-    MOE_ASSIGN_OR_RETURN(x.down, MakeMatrix(c, *dn, e * H * Im, H, Im, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(const TensorInfo* dn, Need(ck, p + "down_proj", {E, H, Im}));
+    MOE_ASSIGN_OR_RETURN(x.gate, MakeMatrix(ck, c, *gu, e * 2 * Im * H, Im, H, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(x.up, MakeMatrix(ck, c, *gu, e * 2 * Im * H + Im * H, Im, H, nullptr, false));
+    MOE_ASSIGN_OR_RETURN(x.down, MakeMatrix(ck, c, *dn, e * H * Im, H, Im, nullptr, false));
     return x;
   }
   const std::string q = absl::StrCat(p, e, ".");
@@ -266,7 +344,7 @@ absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, con
   return x;
 }
 
-absl::Status ValidateExperts(const HfCheckpoint& ck, const ModelConfig& c, bool with_mtp) {
+absl::Status ValidateExperts(const SafetensorsReader& ck, const ModelConfig& c, bool with_mtp) {
   const int64_t H = c.hidden_size, Im = c.moe_intermediate_size, E = c.n_routed_experts;
   auto check_layer = [&](int l) -> absl::Status {
     const std::string p = absl::StrCat("model.layers.", l, ".mlp.experts.");
@@ -279,6 +357,53 @@ absl::Status ValidateExperts(const HfCheckpoint& ck, const ModelConfig& c, bool 
       MOE_RETURN_IF_ERROR(Need(ck, q + "gate_proj.weight", {Im, H}).status());
       MOE_RETURN_IF_ERROR(Need(ck, q + "up_proj.weight", {Im, H}).status());
       MOE_RETURN_IF_ERROR(Need(ck, q + "down_proj.weight", {H, Im}).status());
+    }
+    return absl::OkStatus();
+  };
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.layer_is_moe[l]) MOE_RETURN_IF_ERROR(check_layer(l));
+  }
+  if (with_mtp) MOE_RETURN_IF_ERROR(check_layer(c.num_hidden_layers));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OwnedExpert> LoadExpertFromContainer(const Container& ck, int layer, int e) {
+  const ExpertRecordInfo* r = ck.FindExpert(layer, e);
+  if (r == nullptr) return absl::NotFoundError(absl::StrCat("container: no record for layer ", layer, " expert ", e));
+  AlignedBuffer buf;
+  MOE_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, ck.ReadRecord(*r, &buf));
+  const auto views = Container::ViewRecord(*r, bytes.data());
+  OwnedExpert x;
+  OwnedMatrix* out[3] = {&x.gate, &x.up, &x.down};
+  for (int p = 0; p < 3; ++p) {
+    const QMatrixView& v = views[p];
+    OwnedMatrix& m = *out[p];
+    m.m.format = v.format;
+    m.m.rows = v.rows;
+    m.m.cols = v.cols;
+    const int64_t db = DataBytes(v.format, v.rows, v.cols), sb = ScaleBytes(v.format, v.rows, v.cols);
+    m.data.assign(v.data, v.data + db);
+    if (sb > 0) m.scales.assign(v.scales, v.scales + sb / static_cast<int64_t>(sizeof(float)));
+    m.m.data = m.data.data();
+    m.m.scales = m.scales.empty() ? nullptr : m.scales.data();
+  }
+  return x;
+}
+
+absl::Status ValidateExperts(const Container& ck, const ModelConfig& c, bool with_mtp) {
+  auto check_layer = [&](int l) -> absl::Status {
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      const ExpertRecordInfo* r = ck.FindExpert(l, e);
+      if (r == nullptr) return absl::NotFoundError(absl::StrCat("container: no record for layer ", l, " expert ", e));
+      const int64_t H = c.hidden_size, Im = c.moe_intermediate_size;
+      const int64_t want[3][2] = {{Im, H}, {Im, H}, {H, Im}};
+      for (int p = 0; p < 3; ++p) {
+        const ContainerTensor* t = r->parts[p].tensor;
+        if (t == nullptr || t->rows != want[p][0] || t->cols != want[p][1]) {
+          return absl::InvalidArgumentError(absl::StrCat("container: layer ", l, " expert ", e, " part ", p,
+                                                         " does not match the config"));
+        }
+      }
     }
     return absl::OkStatus();
   };

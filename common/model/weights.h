@@ -18,7 +18,8 @@
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
 #include "common/model/expert_source.h"
-#include "common/model/hf_checkpoint.h"
+#include "common/format/container.h"
+#include "common/format/safetensors.h"
 #include "common/model/linear.h"
 
 namespace moe {
@@ -72,7 +73,12 @@ struct LoadOptions {
   bool load_mtp = true;  // load layer L if present
 };
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const HfCheckpoint& ck, const ModelConfig& c,
+// Opens a Hugging Face checkpoint directory through common/format's reader:
+// model.safetensors.index.json + shards, else model.safetensors, else every
+// *.safetensors in `dir` (or `dir` itself when it is a file).
+absl::StatusOr<std::unique_ptr<SafetensorsReader>> OpenCheckpoint(const std::string& dir);
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const SafetensorsReader& ck, const ModelConfig& c,
                                                                    const LoadOptions& opt = {});
 
 // Re-stores a matrix in `f` (quantizing its current values); no-op if it
@@ -92,9 +98,16 @@ struct OwnedExpert {
 
 // Reads routed expert (layer, e) from the checkpoint (per-expert tensors or
 // HF's fused gate_up_proj/down_proj), checking shapes.
-absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const HfCheckpoint& ck, const ModelConfig& c, int layer, int e);
+// The same from a converted container (moe convert): matrices keep the
+// container's QFormat (q8/q4 go through the quantized kernels).
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const Container& ck, const ModelConfig& c,
+                                                                   const LoadOptions& opt = {});
+absl::StatusOr<OwnedExpert> LoadExpertFromContainer(const Container& ck, int layer, int e);
+absl::Status ValidateExperts(const Container& ck, const ModelConfig& c, bool with_mtp);
+
+absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const SafetensorsReader& ck, const ModelConfig& c, int layer, int e);
 // Verifies that every routed expert tensor of every MoE layer is present with
 // the right shape (without reading data), so a bad checkpoint fails at load.
-absl::Status ValidateExperts(const HfCheckpoint& ck, const ModelConfig& c, bool with_mtp);
+absl::Status ValidateExperts(const SafetensorsReader& ck, const ModelConfig& c, bool with_mtp);
 
 }  // namespace moe

@@ -15,7 +15,6 @@
 #include "common/format/container.h"
 #include "common/format/convert.h"
 #include "common/model/engine.h"
-#include "common/model/hf_checkpoint.h"
 #include "common/model/weights.h"
 #include "services/expertd/remote_expert_source.h"
 
@@ -139,7 +138,7 @@ TEST_F(ExpertdContainer, LogitsThroughExpertdEqualInProcessForTinyBudgetWithAndW
   if (!eng.ok()) GTEST_SKIP() << "engine cannot open the fixture: " << eng.status();
   const ModelConfig cfg = (*eng)->config();
   StartExpertd(2 * 3, 2);  // top-2 per layer x 3 size classes at most
-  auto ck = HfCheckpoint::Open(kFixture);
+  auto ck = OpenCheckpoint(kFixture);
   ASSERT_TRUE(ck.ok());
   const std::vector<int32_t> ids = {5, 17, 3, 88, 42, 42, 7, 61};
   LocalContainerSource local(container_.get());

@@ -16,7 +16,7 @@ TEST_P(DebugTensorsTest, MatchHfIntermediates) {
   const std::string dir = testing::OracleDir(GetParam());
   if (!testing::HaveOracle(GetParam())) GTEST_SKIP() << "no oracle goldens for " << GetParam();
   auto g = testing::LoadGoldens(GetParam());
-  auto dbg = HfCheckpoint::OpenFile(dir + "/debug.safetensors");
+  auto dbg = SafetensorsReader::Open(dir + "/debug.safetensors");
   ASSERT_TRUE(dbg.ok()) << dbg.status();
   auto eng = Engine::Open(dir, EngineConfig{});
   ASSERT_TRUE(eng.ok()) << eng.status();
@@ -32,10 +32,10 @@ TEST_P(DebugTensorsTest, MatchHfIntermediates) {
   ASSERT_TRUE(r.ok()) << r.status();
   int compared = 0;
   for (const auto& name : order) {
-    const TensorRef* t = (*dbg)->Find(name);
+    const TensorInfo* t = (*dbg)->Find(name);
     if (t == nullptr) continue;
     std::vector<float> ref(t->numel());
-    ASSERT_TRUE(DecodeToF32(t->dtype, t->data, t->numel(), ref.data()).ok());
+    ASSERT_TRUE((*dbg)->ReadTensorF32(*t, ref.data()).ok());
     const auto& v = ours[name];
     ASSERT_EQ(v.size(), ref.size()) << name;
     double maxd = 0, maxr = 0;

@@ -20,8 +20,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   double temperature = 0, top_p = 1.0;
   bool greedy = false, json = false;
   uint64_t ram_budget = 0;
-  FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint).");
-  flags.AddString("model", &model, "model directory (config.json + safetensors)");
+  FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint or `moe convert` container).");
+  flags.AddString("model", &model, "model directory: HF checkpoint (config.json + safetensors) or converted container");
   PromptFlags prompt_flags;
   AddPromptFlags(flags, "prompt-ids", &prompt_flags);
   flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
