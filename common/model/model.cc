@@ -319,7 +319,8 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
   Trace(tp + "out", out, S * c.hidden_size);
 }
 
-absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, float* out) const {
+absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, int64_t pos0,
+                        float* out) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   const int E = c.n_routed_experts, K = c.num_experts_per_tok, G = c.n_group, per = E / G;
@@ -360,6 +361,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
       routes[s].push_back({idx[k], w[k]});
       ++users[idx[k]];
     }
+    if (route_tap_) route_tap_(layer_id, pos0 + s, std::span<const int>(idx.data(), idx.size()));
   }
   // Distinct experts of the batch, ascending id (HF's accumulation order).
   std::vector<ExpertKey> wanted;
@@ -434,7 +436,8 @@ absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h,
   RmsNorm(h, S, H, lw.post_norm, config_.rms_norm_eps, a.data());
   Trace(tp + "mlp_norm", a.data(), S * H);
   if (lw.moe) {
-    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, o.data()));
+    // Layer 0's attention already appended this batch to the cache.
+    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, cache.length() - S, o.data()));
   } else {
     Mlp(lw.gate, lw.up, lw.down, a.data(), S, o.data());
   }

@@ -77,6 +77,11 @@ class Model {
   // debug.safetensors: "embed", "layers.L.attn_norm", "layers.L.attn.q", ...).
   using TraceFn = std::function<void(const std::string& name, const float* data, int64_t n)>;
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
+  // Routing tap (`moe run --record-routing`): called for every row of every
+  // MoE layer (the MTP layer is num_hidden_layers) with the row's position in
+  // its cache and its top-k expert ids in selection order. Set before Forward.
+  using RouteFn = std::function<void(int layer, int64_t position, std::span<const int> experts)>;
+  void set_route_tap(RouteFn fn) { route_tap_ = std::move(fn); }
 
   // Runs `ids` at positions cache.length() ... and appends them to `cache`.
   // Returns logits (and final-normed hidden states) of every row when
@@ -98,7 +103,7 @@ class Model {
                  float* out) const;
   void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, int64_t P0, KvCache& cache,
                int cache_layer, TopK& topk) const;
-  absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, float* out) const;
+  absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, int64_t pos0, float* out) const;
   void Mlp(const OwnedMatrix& g, const OwnedMatrix& u, const OwnedMatrix& d, const float* x, int64_t S,
            float* out) const;
   void RmsNorm(const float* x, int64_t S, int64_t n, const std::vector<float>& w, double eps, float* out) const;
@@ -114,6 +119,7 @@ class Model {
   ExpertSource* experts_;
   EngineOptions opt_;
   TraceFn trace_;
+  RouteFn route_tap_;
   std::unique_ptr<kernels::Kernels> kernels_;  // calls serialized by kernels_mu_
   mutable std::mutex kernels_mu_;
   void Trace(const std::string& name, const float* d, int64_t n) const {
