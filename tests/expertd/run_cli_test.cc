@@ -83,12 +83,12 @@ class MoeRunExpertd : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   void TearDown() override { StopExpertd(); }
 
-  void StartExpertd(uint64_t budget_bytes) {
+  void StartExpertd(uint64_t budget_bytes, const std::string& manifest = "", const std::string& top_k = "4") {
     StopExpertd();
     sock_ = (dir_ / ("e" + std::to_string(++starts_) + ".sock")).string();
-    std::vector<std::string> args = {kExpertd, "--model", container(), "--socket", sock_, "--budget",
-                                     std::to_string(budget_bytes),
-                                     "--top-k", "4", "--log-level", "warning"};
+    std::vector<std::string> args = {kExpertd, manifest.empty() ? "--model" : "--manifest",
+                                     manifest.empty() ? container() : manifest, "--socket", sock_, "--budget",
+                                     std::to_string(budget_bytes), "--top-k", top_k, "--log-level", "warning"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -203,6 +203,38 @@ TEST_F(MoeRunExpertd, BadExpertdAddressOrCheckpointIsAClearError) {
     EXPECT_NE(::pclose(p), 0);
   }
   EXPECT_NE(err.find("converted container"), std::string::npos) << err;
+}
+
+// moe synth + moe bench e2e on a tiny slice (the GLM-5-sized run is a
+// benchmark, docs/BENCHMARKS.md): the slice is what expertd serves, and the
+// bench reports a run per (budget, prefetch) with hits at a full budget.
+TEST_F(MoeRunExpertd, SynthSliceServesTheE2eBench) {
+  const std::string slice = (dir_ / "slice").string();
+  RunOut w = Sh(kMoe + " synth --out " + slice + " --layers 2 --experts 16 --hidden 256 --moe-intermediate 128");
+  ASSERT_EQ(w.rc, 0) << w.raw;
+  std::ifstream js(slice + "/slice.json");
+  auto j = nlohmann::json::parse(js, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  const uint64_t rec = j["record_bytes"];
+  // q4_g64: 3 matrices of 128 x 256 nibbles + f32 scales per 64 inputs.
+  EXPECT_EQ(rec, 3u * (128 * 128 + 128 * 4 * 4));
+  StartExpertd(32 * 4096 * ((rec + 4095) / 4096), slice + "/slice.manifest", "8");
+  RunOut b = Sh(kMoe + " bench e2e --slice " + slice + " --expertd " + sock_ +
+                " --tokens 4 --warmup 8 --budgets 50,100 --json 2>&1");
+  ASSERT_EQ(b.rc, 0) << b.raw;
+  auto out = nlohmann::json::parse(b.raw.substr(b.raw.find('{')), nullptr, false);
+  ASSERT_FALSE(out.is_discarded()) << b.raw;
+  ASSERT_EQ(out["runs"].size(), 4u);
+  EXPECT_GT(out["raw_read_gbps"][0].get<double>(), 0);
+  for (const auto& r : out["runs"]) {
+    EXPECT_GT(r["tokens_per_second"].get<double>(), 0);
+    EXPECT_GT(r["vs_floor"].get<double>(), 0);
+  }
+  // Full budget after 8 warm-up tokens of 2 x top-8 of 16 experts: hits.
+  EXPECT_GT(out["runs"][2]["hit_rate"].get<double>(), 0.5);
+  // Bad input: an unknown format, a slice directory without slice.json.
+  EXPECT_EQ(Sh(kMoe + " synth --out " + slice + "2 --format q5_x").rc, 2);
+  EXPECT_NE(Sh(kMoe + " bench e2e --slice " + (dir_ / "none").string() + " --expertd " + sock_).rc, 0);
 }
 
 }  // namespace
