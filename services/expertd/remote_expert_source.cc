@@ -96,7 +96,9 @@ void RemoteExpertSource::HintLoop() {
       for (const auto& k : hints_) by_layer[k.layer].push_back(k.expert);
       hints_.clear();
     }
-    for (auto& [layer, ids] : by_layer) (void)client_->Hint(layer, ids);  // best effort
+    // The engine hints the routing it computed for the layer it is about to
+    // fetch: certain, not a prediction (ExpertSource::Hint).
+    for (auto& [layer, ids] : by_layer) (void)client_->Hint(layer, ids, /*lookahead=*/false);  // best effort
   }
 }
 
