@@ -104,6 +104,12 @@ class Model {
   void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, int64_t P0, KvCache& cache,
                int cache_layer, TopK& topk) const;
   absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, int64_t pos0, float* out) const;
+  // Top-k routed experts of one row's router logits (sc: sigmoid scores, E).
+  std::vector<int> Route(const LayerWeights& lw, const float* logits, float* sc) const;
+  // Sends HintAhead for the next MoE layer's predicted experts (decode and
+  // small verify batches only: rows <= kLookAheadMaxRows).
+  void LookAhead(int layer_id, const float* a, int64_t S) const;
+  static constexpr int64_t kLookAheadMaxRows = 8;
   void Mlp(const OwnedMatrix& g, const OwnedMatrix& u, const OwnedMatrix& d, const float* x, int64_t S,
            float* out) const;
   void RmsNorm(const float* x, int64_t S, int64_t n, const std::vector<float>& w, double eps, float* out) const;

@@ -33,6 +33,9 @@ class HintGate final : public ExpertSource {
   void Hint(std::span<const ExpertKey> keys) override {
     if (hints_) s_->Hint(keys);
   }
+  void HintAhead(std::span<const ExpertKey> keys) override {
+    if (hints_) s_->HintAhead(keys);
+  }
   ExpertSourceStats Stats() const override { return s_->Stats(); }
 
  private:
