@@ -393,6 +393,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     if (users[e]) wanted.push_back({layer_id, e});
   }
   experts_->Hint(wanted);
+  LookAhead(layer_id, x, S);  // after this layer's own reads are asked for
   // HF's default experts path (grouped_mm): each (row, slot) output is
   // R(down) * weight in f32; a row sums its K slots in f32 (slot order =
   // descending selection score), rounds once, then adds the shared expert.
@@ -459,11 +460,11 @@ absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h,
   for (int64_t i = 0; i < S * H; ++i) h[i] = R(h[i] + o[i]);
   RmsNorm(h, S, H, lw.post_norm, config_.rms_norm_eps, a.data());
   Trace(tp + "mlp_norm", a.data(), S * H);
-  LookAhead(layer_id, a.data(), S);
   if (lw.moe) {
     // Layer 0's attention already appended this batch to the cache.
     MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, cache.length() - S, o.data()));
   } else {
+    LookAhead(layer_id, a.data(), S);
     Mlp(lw.gate, lw.up, lw.down, a.data(), S, o.data());
   }
   Trace(tp + "mlp.out", o.data(), S * H);

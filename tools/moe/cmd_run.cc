@@ -25,22 +25,48 @@ namespace moe::cli {
 
 namespace {
 
-// Forwards Get/Stats; drops Hint when prefetch is off.
+// Forwards Get/Stats; drops hints when prefetch is off. Measures how much
+// of each layer's routing (Hint) the router look-ahead predicted (HintAhead).
 class HintGate final : public ExpertSource {
  public:
   HintGate(std::unique_ptr<ExpertSource> s, bool hints) : s_(std::move(s)), hints_(hints) {}
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override { return s_->Get(layer, expert); }
   void Hint(std::span<const ExpertKey> keys) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      // Layers without a prediction (long prefills) are not counted.
+      for (const auto& k : keys) {
+        auto it = predicted_.find(k.layer);
+        if (it == predicted_.end()) break;
+        ++actual_;
+        for (int e : it->second)
+          if (e == k.expert) ++predicted_right_;
+      }
+      if (!keys.empty()) predicted_.erase(keys[0].layer);
+    }
     if (hints_) s_->Hint(keys);
   }
   void HintAhead(std::span<const ExpertKey> keys) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& k : keys) predicted_[k.layer].push_back(k.expert);
+    }
     if (hints_) s_->HintAhead(keys);
   }
   ExpertSourceStats Stats() const override { return s_->Stats(); }
+  // Share of routed experts the look-ahead named in advance (batches the
+  // model predicted for: decode steps).
+  double LookAheadRecall() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return actual_ ? double(predicted_right_) / double(actual_) : 0.0;
+  }
 
  private:
   std::unique_ptr<ExpertSource> s_;
   bool hints_;
+  mutable std::mutex mu_;
+  std::map<int, std::vector<int>> predicted_;  // layer -> look-ahead ids
+  int64_t actual_ = 0, predicted_right_ = 0;
 };
 
 // Collects the routing tap's rows; Write emits the trace file.
@@ -142,16 +168,19 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   const int64_t ctx = (resumed ? resumed->length() : 0) + static_cast<int64_t>(prompt.size()) + max_tokens;
   MOE_ASSIGN_OR_RETURN(ec, PlanAndCheck(model, ram_budget, ctx, ec));
   // (The in-process store ignores hints, so --no-prefetch matters with --expertd only.)
+  HintGate* gate = nullptr;
   if (!expertd_addr.empty()) {
     const std::string path = expertd_addr.rfind("unix:", 0) == 0 ? expertd_addr.substr(5) : expertd_addr;
     std::error_code fec;
     if (!std::filesystem::exists(path, fec))
       return absl::InvalidArgumentError(absl::StrCat("--expertd ", expertd_addr, ": no such socket (is expertd running?)"));
-    ec.expert_source = [expertd_addr,
-                        prefetch](const Container& c) -> absl::StatusOr<std::unique_ptr<ExpertSource>> {
+    ec.expert_source = [expertd_addr, prefetch,
+                        gate = &gate](const Container& c) -> absl::StatusOr<std::unique_ptr<ExpertSource>> {
       auto r = expertd::RemoteExpertSource::Connect(expertd_addr, &c);
       if (!r.ok()) return Annotate(r.status(), "--expertd");
-      return std::unique_ptr<ExpertSource>(std::make_unique<HintGate>(std::move(*r), prefetch));
+      auto g = std::make_unique<HintGate>(std::move(*r), prefetch);
+      *gate = g.get();
+      return std::unique_ptr<ExpertSource>(std::move(g));
     };
   }
   MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
@@ -189,6 +218,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
                   {"expert_evictions", st.evictions},
                   {"bytes_read", st.bytes_read},
                   {"kv_bytes", cache.Bytes()},
+                  {"lookahead_recall", gate ? gate->LookAheadRecall() : 0.0},
                   {"peak_rss_bytes", PeakRssBytes()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
