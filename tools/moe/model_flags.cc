@@ -108,8 +108,8 @@ absl::StatusOr<EngineConfig> PlanAndCheck(const std::string& model_dir, uint64_t
                static_cast<long long>(kv));
   const int64_t avail = MemAvailableBytes();
   // The expert cache only grows on demand; what must be available up front is
-  // the resident set, the KV and one MoE layer of experts.
-  const int64_t need = fixed + plan.expert_bytes_each * 2;
+  // the resident set, the KV and one MoE layer's working set of experts.
+  const int64_t need = fixed + plan.experts_per_token_bytes;
   if (avail > 0 && need > avail) {
     return absl::ResourceExhaustedError(absl::StrCat("memory plan needs at least ", need, " B but only ", avail,
                                                      " B are available (MemAvailable); refusing to load"));
