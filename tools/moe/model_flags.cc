@@ -73,6 +73,12 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
   return out;
 }
 
+absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value) {
+  if (value == "explicit") return AttentionPath::kExplicit;
+  if (value == "absorbed") return AttentionPath::kAbsorbed;
+  return absl::InvalidArgumentError(absl::StrCat("--attention must be explicit or absorbed, got '", value, "'"));
+}
+
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text) {
   std::vector<int32_t> ids;
   std::stringstream ss(text);
