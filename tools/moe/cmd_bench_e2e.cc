@@ -308,7 +308,8 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
                 if (std::find(pred.begin(), pred.end(), p) == pred.end()) pred.push_back(p);
               }
             }
-            (void)client->Hint(last ? 0 : l + 1, pred, /*lookahead=*/!last);
+            // Both are predictions: speculative (admission-gated) at expertd.
+            (void)client->Hint(last ? 0 : l + 1, pred, /*lookahead=*/true);
           }
           std::vector<expertstore::Lease> leases;
           std::vector<int> miss;
