@@ -1,25 +1,38 @@
 // Internal contract between the kernel driver (kernels.cc, baseline ISA) and
 // the per-ISA kernel files (scalar.cc, avx2.cc, avx512.cc). Not a public API.
 //
-// Blocks: every stored row is cut into blocks of 64 weight bytes (64 q8, 128
-// q4, 256 q2, 16 f32, 32 bf16 elements); the last block is zero-padded. The
-// prepared activations use the same blocks, zero-padded, and for q4 / q2 are
-// permuted per block into bit planes: plane p holds the elements stored in
-// bits [p*bits, (p+1)*bits) of the 64 weight bytes, i.e. for q4
-// [x0 x2 x4 ... x126 | x1 x3 ... x127], for q2 [x0 x4 ..| x1 x5 ..| ..].
-// Plane byte t then multiplies weight byte t, so a SIMD lane needs no shuffles.
+// Blocks (float path): every stored row is cut into blocks of 64 weight
+// bytes (64 q8, 128 q4, 256 q2, 16 f32, 32 bf16 elements); the last block is
+// zero-padded. The prepared float activations use the same blocks,
+// zero-padded, and for q4 / q2 are permuted per block into bit planes: plane
+// p holds the elements stored in bits [p*bits, (p+1)*bits) of the 64 weight
+// bytes, i.e. for q4 [x0 x2 x4 ... x126 | x1 x3 ... x127], for q2
+// [x0 x4 ..| x1 x5 ..| ..]. Plane byte t then multiplies weight byte t, so a
+// SIMD lane needs no shuffles.
+//
+// IDOT vectors and units: a row is cut into units; a unit is a sequence of
+// unit_blocks "vectors" of 64 weight bytes. Per-row formats: one unit = the
+// whole row, vector j = block j. Grouped formats: one unit = 4 consecutive
+// weight groups (4 * GB bytes, GB = group bytes = 16, 32, 64 or 128), so
+// unit_blocks = GB / 16; vector j = the 16-byte chunk j of each of the 4
+// groups, side by side: bytes [g*GB + 16j, g*GB + 16j + 16) of the unit go to
+// vector bytes [16g, 16g + 16). Bytes past the row end are zero. Lane k
+// (0..15) of a vector = its bytes 4k..4k+3, so lanes 4g..4g+3 hold group g
+// only: one float epilogue per unit serves 4 groups (for q4_g128 that is 4x
+// fewer epilogues than one per 64-byte block). The prepared int8 activations
+// follow the vectors: [vector][plane][64], plane p byte t = the element in
+// bits p of weight byte t of the vector.
 //
 // IDOT canonical order (what makes every ISA bit-identical):
-//   lane k (0..15) of block b = weight bytes 4k..4k+3 of the block (all their
-//   planes); P[k] = exact int32 sum over those elements of q_w * q_x.
-//   unit = max(group, block) elements (whole row for per-row formats); per
-//   unit, P[k] is summed over its blocks in int32 (exact), then
+//   P[k] = exact int32 sum over the unit's vectors of q_w * q_x over lane k's
+//   elements (all planes). Then, per unit,
 //     facc[k] = fma(float(P[k]), ws_lane[k] * xs_lane[k], facc[k])   (f32)
 //   y = ((facc[i]+facc[i+8]) -> (+i+4) -> (+i+2) -> (+i+1)) (Reduce16).
 //   Integer sums are exact in any order, so ISAs may use different integer
 //   tricks (VNNI bias, maddubs sign trick); the float steps are identical.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,12 +57,14 @@ struct Layout {
   bool per_row = false;     // one scale per row
   int64_t block_elems = 0;  // elements per 64-byte block
   int64_t nblocks = 0;      // blocks per row (last one padded)
-  int64_t act_stride = 0;   // prepared activation elements per row = nblocks * block_elems
+  int64_t act_stride = 0;   // prepared float activation elements per row = nblocks * block_elems
   // IDOT only:
   int bias = 0;             // unsigned offset of the stored code (q8 128, q4 8, q2 2)
-  int64_t unit_blocks = 0;  // blocks per unit
+  int64_t gbytes = 0;       // bytes per weight group (grouped formats)
+  int64_t unit_blocks = 0;  // 64-byte vectors per unit (gbytes / 16; per-row: nblocks)
   int64_t nunits = 0;
-  int gpu = 1;              // weight groups per unit
+  int64_t idot_stride = 0;  // prepared int8 activation bytes per row = nunits * unit_blocks * block_elems
+  int gpu = 1;              // weight groups per unit (4 grouped, 1 per-row)
   int lanes_per_group = 16;
 };
 
@@ -57,7 +72,7 @@ Layout MakeLayout(QFormat format, int64_t cols);
 
 // Prepared int8 activations for IDOT (S rows).
 struct IdotActs {
-  const int8_t* q = nullptr;   // [S][act_stride], permuted as described above
+  const int8_t* q = nullptr;   // [S][idot_stride], vector/plane order as described above
   const int32_t* c = nullptr;  // [S][nunits*16]: -bias * sum of q_x over lane k of unit u
   const float* xs = nullptr;   // [S][nunits*16]: activation scale of lane k's group (0 if none)
   int64_t lane_stride = 0;     // nunits*16
@@ -101,6 +116,30 @@ inline const uint8_t* BlockPtr(const uint8_t* row, int64_t b, int64_t row_bytes,
   std::memset(tmp, 0, kBlockBytes);
   std::memcpy(tmp, row + off, static_cast<size_t>(row_bytes - off));
   return tmp;
+}
+
+// Copies IDOT vector j of unit u of a row (64 bytes, zero past the row end).
+inline void IdotVecCopy(const Layout& L, const uint8_t* row, int64_t u, int64_t j, uint8_t* out) {
+  if (L.per_row) {
+    const int64_t off = j * kBlockBytes;
+    for (int i = 0; i < kBlockBytes; ++i) out[i] = off + i < L.row_bytes ? row[off + i] : 0;
+    return;
+  }
+  for (int g = 0; g < 4; ++g) {
+    const int64_t off = (4 * u + g) * L.gbytes + 16 * j;
+    for (int i = 0; i < 16; ++i) out[16 * g + i] = off + i < L.row_bytes ? row[off + i] : 0;
+  }
+}
+// True if unit u lies inside the row and all its groups exist (SIMD kernels
+// may then load weights and scales directly).
+inline bool IdotUnitFast(const Layout& L, int64_t u) {
+  if (L.per_row) return L.row_bytes % kBlockBytes == 0;
+  return (u + 1) * 4 * L.gbytes <= L.row_bytes && (u + 1) * 4 <= L.gpr;
+}
+// Units [0, n) that are fast (a prefix: only the last unit can be partial).
+inline int64_t IdotFastUnits(const Layout& L) {
+  if (L.per_row) return IdotUnitFast(L, 0) ? L.nunits : 0;
+  return std::min<int64_t>(L.row_bytes / (4 * L.gbytes), L.gpr / 4);
 }
 
 // Weight scale of each lane of unit u (0 for groups past the row end).

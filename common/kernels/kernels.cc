@@ -114,7 +114,7 @@ absl::Status Kernels::Run(const QMatrix& w, const QMatrix* w2, const float* x, i
   FloatActs fa;
   if (path == Path::kIdot) {
     ia.lane_stride = L.nunits * internal::kLanes;
-    sc.q.resize(static_cast<size_t>(s * L.act_stride));
+    sc.q.resize(static_cast<size_t>(s * L.idot_stride));
     sc.c.resize(static_cast<size_t>(s * ia.lane_stride));
     sc.xs.resize(static_cast<size_t>(s * ia.lane_stride));
     internal::PrepareIdot(L, x, s, sc.q.data(), sc.c.data(), sc.xs.data());

@@ -32,13 +32,15 @@ Layout MakeLayout(QFormat format, int64_t cols) {
     if (L.per_row) {
       L.unit_blocks = std::max<int64_t>(L.nblocks, 1);
       L.gpu = 1;
+      L.nunits = 1;
     } else {
-      const int64_t unit_elems = std::max<int64_t>(info.group, L.block_elems);
-      L.unit_blocks = unit_elems / L.block_elems;
-      L.gpu = static_cast<int>(unit_elems / info.group);
+      L.gbytes = static_cast<int64_t>(info.group) * info.bits / 8;  // 16..128
+      L.unit_blocks = L.gbytes / 16;
+      L.gpu = 4;
+      L.nunits = (L.row_bytes + 4 * L.gbytes - 1) / (4 * L.gbytes);
     }
-    L.nunits = (L.nblocks + L.unit_blocks - 1) / L.unit_blocks;
     L.lanes_per_group = kLanes / L.gpu;
+    L.idot_stride = L.nunits * L.unit_blocks * L.block_elems;
   }
   return L;
 }
@@ -93,16 +95,28 @@ void QuantizeSpan(const float* x, int64_t n, float inv, int8_t* q) {
   }
 }
 
-// Scatters the natural-order codes qt[act_stride] (zero past cols) into the
-// block/plane order: block b, plane p, byte t <- element b*BE + t*PLANES + p.
+// Scatters the natural-order codes qt[idot_stride] (zero past cols) into the
+// IDOT vector/plane order: vector v, plane p, byte t <- the element in bits p
+// of weight byte WeightByte(v, t). A 16-byte chunk of a vector comes from 16
+// consecutive weight bytes, i.e. 16 * PLANES consecutive elements.
 template <int PLANES>
 void PermuteRow(const Layout& L, const int8_t* qt, int8_t* qr) {
   constexpr int64_t kBE = kBlockBytes * PLANES;
-  for (int64_t b = 0; b < L.nblocks; ++b) {
-    const int8_t* src = qt + b * kBE;
-    int8_t* dst = qr + b * kBE;
-    for (int p = 0; p < PLANES; ++p)
-      for (int t = 0; t < kBlockBytes; ++t) dst[p * kBlockBytes + t] = src[t * PLANES + p];
+  const int64_t nvec = L.nunits * L.unit_blocks;
+  for (int64_t v = 0; v < nvec; ++v) {
+    int8_t* dst = qr + v * kBE;
+    for (int g = 0; g < 4; ++g) {
+      int64_t byte0;  // first weight byte of chunk g of vector v
+      if (L.per_row) {
+        byte0 = v * kBlockBytes + 16 * g;
+      } else {
+        const int64_t u = v / L.unit_blocks, j = v % L.unit_blocks;
+        byte0 = (4 * u + g) * L.gbytes + 16 * j;
+      }
+      const int8_t* src = qt + byte0 * PLANES;
+      for (int p = 0; p < PLANES; ++p)
+        for (int t = 0; t < 16; ++t) dst[p * kBlockBytes + 16 * g + t] = src[t * PLANES + p];
+    }
   }
 }
 }  // namespace
@@ -110,11 +124,11 @@ void PermuteRow(const Layout& L, const int8_t* qt, int8_t* qr) {
 void PrepareIdot(const Layout& L, const float* x, int64_t s, int8_t* q, int32_t* c, float* xs) {
   const int64_t ngroups = L.per_row ? 1 : L.gpr;
   const int64_t lane_stride = L.nunits * kLanes;
-  std::vector<int8_t> qt(static_cast<size_t>(L.act_stride));
+  std::vector<int8_t> qt(static_cast<size_t>(L.idot_stride));
   std::vector<float> gscale(static_cast<size_t>(ngroups));
   for (int64_t r = 0; r < s; ++r) {
     const float* xr = x + r * L.cols;
-    int8_t* qr = q + r * L.act_stride;
+    int8_t* qr = q + r * L.idot_stride;
     std::fill(qt.begin() + L.cols, qt.end(), int8_t{0});
     for (int64_t g = 0; g < ngroups; ++g) {
       const int64_t e0 = g * L.group, e1 = std::min(L.cols, e0 + L.group);
@@ -127,18 +141,17 @@ void PrepareIdot(const Layout& L, const float* x, int64_t s, int8_t* q, int32_t*
       QuantizeSpan(xr + e0, e1 - e0, 127.0f / amax, qt.data() + e0);
     }
     switch (L.planes) {
-      case 1: std::memcpy(qr, qt.data(), static_cast<size_t>(L.act_stride)); break;
+      case 1: PermuteRow<1>(L, qt.data(), qr); break;
       case 2: PermuteRow<2>(L, qt.data(), qr); break;
       default: PermuteRow<4>(L, qt.data(), qr); break;
     }
     int32_t* cr = c + r * lane_stride;
     float* sr = xs + r * lane_stride;
     for (int64_t u = 0; u < L.nunits; ++u) {
-      const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
       int32_t sum[kLanes] = {};
-      for (int64_t b = b0; b < b1; ++b)
+      for (int64_t j = 0; j < L.unit_blocks; ++j)
         for (int p = 0; p < L.planes; ++p) {
-          const int8_t* v = qr + b * L.block_elems + p * kBlockBytes;
+          const int8_t* v = qr + (u * L.unit_blocks + j) * L.block_elems + p * kBlockBytes;
           for (int k = 0; k < kLanes; ++k) sum[k] += v[4 * k] + v[4 * k + 1] + v[4 * k + 2] + v[4 * k + 3];
         }
       for (int k = 0; k < kLanes; ++k) {

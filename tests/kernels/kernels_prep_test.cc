@@ -12,15 +12,34 @@
 namespace moe::kernels::internal {
 namespace {
 
-// Definition: codes clamp(nearbyint(x / (amax/127)... )) per group, element e
-// at block b = e / BE, plane (e % BE) % planes, byte (e % BE) / planes.
+// Where element e goes in the prepared IDOT row (kernel_impl.h): its weight
+// byte B = e / planes, plane e % planes; per-row formats: vector B / 64,
+// byte B % 64; grouped: unit u = B / (4 GB), group g and offset gb inside the
+// unit, vector u * UB + gb / 16, byte 16 g + gb % 16.
+int64_t Dest(const Layout& L, int64_t e) {
+  const int64_t byte = e / L.planes, p = e % L.planes;
+  int64_t v, t;
+  if (L.per_row) {
+    v = byte / kBlockBytes;
+    t = byte % kBlockBytes;
+  } else {
+    const int64_t u = byte / (4 * L.gbytes), ub = byte % (4 * L.gbytes);
+    const int64_t g = ub / L.gbytes, gb = ub % L.gbytes;
+    v = u * L.unit_blocks + gb / 16;
+    t = 16 * g + gb % 16;
+  }
+  return v * L.block_elems + p * kBlockBytes + t;
+}
+
+// Definition: codes clamp(nearbyint(x * (127 / amax))) per group at Dest(e);
+// c = -bias * (sum of the codes of lane k over the unit's vectors).
 void ReferencePrepare(const Layout& L, const float* x, int64_t s, int8_t* q, int32_t* c, float* xs) {
   const int64_t ngroups = L.per_row ? 1 : L.gpr;
   const int64_t lane_stride = L.nunits * kLanes;
   for (int64_t r = 0; r < s; ++r) {
     const float* xr = x + r * L.cols;
-    int8_t* qr = q + r * L.act_stride;
-    for (int64_t i = 0; i < L.act_stride; ++i) qr[i] = 0;
+    int8_t* qr = q + r * L.idot_stride;
+    for (int64_t i = 0; i < L.idot_stride; ++i) qr[i] = 0;
     std::vector<float> gscale(static_cast<size_t>(ngroups));
     for (int64_t g = 0; g < ngroups; ++g) {
       const int64_t e0 = g * L.group, e1 = std::min(L.cols, e0 + L.group);
@@ -30,23 +49,38 @@ void ReferencePrepare(const Layout& L, const float* x, int64_t s, int8_t* q, int
       if (amax == 0.0f) continue;
       const float inv = 127.0f / amax;
       for (int64_t e = e0; e < e1; ++e) {
-        const int64_t b = e / L.block_elems, i = e % L.block_elems;
         const float v = std::nearbyint(xr[e] * inv);
-        qr[b * L.block_elems + (i % L.planes) * kBlockBytes + i / L.planes] =
-            static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        qr[Dest(L, e)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
       }
     }
     for (int64_t u = 0; u < L.nunits; ++u) {
-      const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
       for (int k = 0; k < kLanes; ++k) {
         int32_t sum = 0;
-        for (int64_t b = b0; b < b1; ++b)
+        for (int64_t j = 0; j < L.unit_blocks; ++j)
           for (int p = 0; p < L.planes; ++p)
-            for (int t = 4 * k; t < 4 * k + 4; ++t) sum += qr[b * L.block_elems + p * kBlockBytes + t];
+            for (int t = 4 * k; t < 4 * k + 4; ++t)
+              sum += qr[(u * L.unit_blocks + j) * L.block_elems + p * kBlockBytes + t];
         c[r * lane_stride + u * kLanes + k] = -L.bias * sum;
         const int64_t g = L.per_row ? 0 : u * L.gpu + k / L.lanes_per_group;
         xs[r * lane_stride + u * kLanes + k] = g < ngroups ? gscale[g] : 0.0f;
       }
+    }
+  }
+}
+
+// Every lane of a grouped unit holds one group: lanes 4g..4g+3 <-> group 4u+g.
+TEST(KernelsPrepTest, GroupedLanesHoldOneGroup) {
+  for (const auto& info : kQFormatTable) {
+    if (!info.integer || info.group <= 0) continue;
+    const int64_t cols = 8 * info.group + 5;
+    const Layout L = MakeLayout(info.format, cols);
+    EXPECT_EQ(L.gpu, 4);
+    EXPECT_EQ(L.unit_blocks * 16, L.gbytes);
+    for (int64_t e = 0; e < cols; ++e) {
+      const int64_t d = Dest(L, e);
+      const int64_t v = d / L.block_elems, t = d % kBlockBytes;
+      const int64_t u = v / L.unit_blocks, lane = t / 4;
+      ASSERT_EQ(4 * u + lane / 4, e / info.group) << info.name << " element " << e;
     }
   }
 }
@@ -64,7 +98,7 @@ TEST(KernelsPrepTest, FastPreparationMatchesDefinition) {
       x[cols] = 127.0f;  // amax 127 -> scale 1, so k + 0.5 stays a tie
       for (int64_t e = 0; e < std::min<int64_t>(cols, 40); ++e) x[2 * cols + e] = 0.0f;
       const int64_t ls = L.nunits * kLanes;
-      std::vector<int8_t> q1(static_cast<size_t>(s * L.act_stride), 99), q2(q1.size(), -99);
+      std::vector<int8_t> q1(static_cast<size_t>(s * L.idot_stride), 99), q2(q1.size(), -99);
       std::vector<int32_t> c1(static_cast<size_t>(s * ls)), c2(c1.size(), 1);
       std::vector<float> s1(static_cast<size_t>(s * ls)), s2(s1.size(), 1.0f);
       ReferencePrepare(L, x.data(), s, q1.data(), c1.data(), s1.data());
