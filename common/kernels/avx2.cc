@@ -55,6 +55,9 @@ inline void WeightLanes256(const Layout& L, const float* ws, int64_t u, __m256* 
   }
 }
 
+// Software prefetch distance for the weight stream (as in avx512.cc).
+inline constexpr int64_t kPrefetchBytes = 2048;
+
 inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // Weight-scale lanes of a unit whose groups all exist; GPU = groups per unit
@@ -104,6 +107,7 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
     }
     auto block = [&](int64_t b) {
       const uint8_t* blk = kFast ? row + b * kBlockBytes : BlockPtr(row, b, L.row_bytes, tmp);
+      _mm_prefetch(reinterpret_cast<const char*>(row + b * kBlockBytes + kPrefetchBytes), _MM_HINT_T0);
       for (int h = 0; h < 2; ++h) {
         const __m256i w = Load(blk + 32 * h);
         if constexpr (BITS == 8) {
@@ -190,6 +194,9 @@ inline void IdotGrp(const Layout& L, const uint8_t* row, const float* ws, const 
       }
     }
     const uint8_t* base = row + u * 4 * L.gbytes;
+    if constexpr (kFast)
+      for (int i = 0; i < UB; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(base + kPrefetchBytes + 64 * i), _MM_HINT_T0);
     alignas(64) uint8_t tmp[kBlockBytes];
     for (int j = 0; j < UB; ++j) {
       if constexpr (!kFast) IdotVecCopy(L, row, u, j, tmp);
