@@ -188,7 +188,7 @@ const IsaTable& TableFor(Isa isa);  // scalar for kAuto
 // activations are identical everywhere).
 void PrepareIdot(const Layout& L, const float* x, int64_t s, int8_t* q, int32_t* c, float* xs);
 void PrepareFloat(const Layout& L, const float* x, int64_t s, float* xp);
-// Dequantizes row r of w into out[cols].
-void DequantizeRow(const QMatrix& w, int64_t r, float* out);
+// Dequantizes columns [c0, c1) of row r of w into out[c1 - c0] (c1 < 0: cols).
+void DequantizeRow(const QMatrix& w, int64_t r, float* out, int64_t c0 = 0, int64_t c1 = -1);
 
 }  // namespace moe::kernels::internal

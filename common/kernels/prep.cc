@@ -181,11 +181,13 @@ void PrepareFloat(const Layout& L, const float* x, int64_t s, float* xp) {
   }
 }
 
-void DequantizeRow(const QMatrix& w, int64_t r, float* out) {
+void DequantizeRow(const QMatrix& w, int64_t r, float* out, int64_t c0, int64_t c1) {
+  if (c1 < 0) c1 = w.cols;
   const Layout L = MakeLayout(w.format, w.cols);
   const uint8_t* row = w.data + r * L.row_bytes;
   const float* ws = w.scales == nullptr ? nullptr : w.scales + r * L.gpr;
-  for (int64_t i = 0; i < w.cols; ++i) {
+  out -= c0;
+  for (int64_t i = c0; i < c1; ++i) {
     switch (L.bits) {
       case 32: std::memcpy(&out[i], row + 4 * i, 4); break;
       case 16: {
