@@ -35,7 +35,7 @@ inline void WeightLanes256(const Layout& L, const float* ws, int64_t u, __m256* 
     *lo = *hi = _mm256_set1_ps(ws[0]);
     return;
   }
-  if (!UnitComplete(L, u)) {
+  if (!UnitComplete(L, u) || L.gpu == 16) {
     alignas(32) float t[kLanes];
     WeightLanes(L, ws, u, t);
     *lo = _mm256_load_ps(t);
@@ -71,6 +71,9 @@ inline void FastLanes256(const float* ws, int64_t u, __m256* lo, __m256* hi) {
   } else if constexpr (GPU == 2) {
     *lo = _mm256_set1_ps(ws[2 * u]);
     *hi = _mm256_set1_ps(ws[2 * u + 1]);
+  } else if constexpr (GPU == 16) {  // lane p = group 4(p%4) + p/4
+    *lo = _mm256_i32gather_ps(ws + 16 * u, _mm256_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13), 4);
+    *hi = _mm256_i32gather_ps(ws + 16 * u, _mm256_setr_epi32(2, 6, 10, 14, 3, 7, 11, 15), 4);
   } else {
     const __m256 v = _mm256_castps128_ps256(_mm_loadu_ps(ws + 4 * u));
     *lo = _mm256_permutevar8x32_ps(v, _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
@@ -171,7 +174,7 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
 // UB vectors of 64 bytes) per step, one float epilogue per unit and row (see
 // kernel_impl.h). Half h of vector j = chunk j of groups 2h and 2h+1: two
 // 16-byte loads (one 32-byte load when UB = 1, where the chunks are adjacent).
-template <int BITS, int NR, int UB>
+template <int BITS, int NR, int UB, bool WIDE>
 inline void IdotGrp(const Layout& L, const uint8_t* row, const float* ws, const IdotActs& a,
                     int64_t r0, int64_t o, const Out& out) {
   constexpr int64_t kVecElems = kBlockBytes * 8 / BITS;
@@ -193,25 +196,25 @@ inline void IdotGrp(const Layout& L, const uint8_t* row, const float* ws, const 
         acc[r][1] = Load(c + 8);
       }
     }
-    const uint8_t* base = row + u * 4 * L.gbytes;
+    const uint8_t* base = row + u * L.unit_bytes;
     if constexpr (kFast)
       for (int i = 0; i < UB; ++i)
         _mm_prefetch(reinterpret_cast<const char*>(base + kPrefetchBytes + 64 * i), _MM_HINT_T0);
     alignas(64) uint8_t tmp[kBlockBytes];
-    for (int j = 0; j < UB; ++j) {
-      if constexpr (!kFast) IdotVecCopy(L, row, u, j, tmp);
-      for (int h = 0; h < 2; ++h) {
-        __m256i w;
-        if constexpr (!kFast) {
-          w = Load(tmp + 32 * h);
-        } else if constexpr (UB == 1) {
-          w = Load(base + 32 * h);
-        } else {
-          const uint8_t* p0 = base + 2 * h * L.gbytes + 16 * j;
-          w = _mm256_inserti128_si256(
-              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + L.gbytes)), 1);
-        }
+    // Half h of vector c of the 4-group unit at b (UBO vectors per unit).
+    constexpr int kUBO = WIDE ? UB / 4 : UB;
+    auto half4 = [&](const uint8_t* b, int c, int h) {
+      if constexpr (kUBO == 1) {
+        return Load(b + 32 * h);
+      } else {
+        const uint8_t* p0 = b + 2 * h * L.gbytes + 16 * c;
+        return _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + L.gbytes)), 1);
+      }
+    };
+    // Multiply-accumulate of half h of vector j (32 weight bytes w) into every row.
+    auto mac = [&](__m256i w, int j, int h) {
         const int64_t xo = (u * UB + j) * kVecElems + 32 * h;
         if constexpr (BITS == 8) {
           const __m256i aw = _mm256_abs_epi8(w);
@@ -228,10 +231,33 @@ inline void IdotGrp(const Layout& L, const uint8_t* row, const float* ws, const 
             acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(p, ones));
           }
         }
+    };
+    if constexpr (kFast && WIDE) {
+      // 16-group units: per chunk c and half h, a 32-bit transpose (inside
+      // each 128-bit lane) of half h of chunk c of the 4 sub-units gives
+      // half h of vectors 4c..4c+3.
+      for (int c = 0; c < kUBO; ++c)
+        for (int h = 0; h < 2; ++h) {
+          __m256i q[4];
+          for (int i = 0; i < 4; ++i) q[i] = half4(base + i * 4 * L.gbytes, c, h);
+          const __m256i t0 = _mm256_unpacklo_epi32(q[0], q[1]), t1 = _mm256_unpackhi_epi32(q[0], q[1]);
+          const __m256i t2 = _mm256_unpacklo_epi32(q[2], q[3]), t3 = _mm256_unpackhi_epi32(q[2], q[3]);
+          mac(_mm256_unpacklo_epi64(t0, t2), 4 * c + 0, h);
+          mac(_mm256_unpackhi_epi64(t0, t2), 4 * c + 1, h);
+          mac(_mm256_unpacklo_epi64(t1, t3), 4 * c + 2, h);
+          mac(_mm256_unpackhi_epi64(t1, t3), 4 * c + 3, h);
+        }
+    } else {
+      for (int j = 0; j < UB; ++j) {
+        if constexpr (!kFast) IdotVecCopy(L, row, u, j, tmp);
+        for (int h = 0; h < 2; ++h) {
+          if constexpr (!kFast) mac(Load(tmp + 32 * h), j, h);
+          else mac(half4(base, j, h), j, h);
+        }
       }
     }
     __m256 wl[2];
-    if constexpr (kFast) FastLanes256<4>(ws, u, &wl[0], &wl[1]);
+    if constexpr (kFast) FastLanes256<WIDE ? 16 : 4>(ws, u, &wl[0], &wl[1]);
     else WeightLanes256(L, ws, u, &wl[0], &wl[1]);
     for (int r = 0; r < NR; ++r) {
       const float* xs = a.xs + (r0 + r) * a.lane_stride + u * kLanes;
@@ -251,7 +277,7 @@ inline void IdotGrp(const Layout& L, const uint8_t* row, const float* ws, const 
 // 16 ymm registers: two activation rows per pass (acc + facc = 8 registers,
 // plus the unpacked weights and constants) so nothing spills. UB = 0:
 // per-row formats (IdotRow), else grouped (IdotGrp).
-template <int BITS, int UB>
+template <int BITS, int UB, bool WIDE = false>
 void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
   for (int64_t o = o0; o < o1; ++o) {
@@ -262,8 +288,8 @@ void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, i
       for (; r + 2 <= s; r += 2) IdotRow<BITS, 2, true, 0>(L, row, ws, a, r, o, out);
       if (r < s) IdotRow<BITS, 1, true, 0>(L, row, ws, a, r, o, out);
     } else {
-      for (; r + 2 <= s; r += 2) IdotGrp<BITS, 2, UB>(L, row, ws, a, r, o, out);
-      if (r < s) IdotGrp<BITS, 1, UB>(L, row, ws, a, r, o, out);
+      for (; r + 2 <= s; r += 2) IdotGrp<BITS, 2, UB, WIDE>(L, row, ws, a, r, o, out);
+      if (r < s) IdotGrp<BITS, 1, UB, WIDE>(L, row, ws, a, r, o, out);
     }
   }
 }
@@ -275,6 +301,10 @@ void IdotBits(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, i
   if constexpr (BITS == 2) {
     return;  // no grouped int2 format
   } else {
+    if (L.wide) {
+      if (L.unit_blocks == 4) return IdotImpl<BITS, 4, true>(L, w, a, s, o0, o1, out);
+      return IdotImpl<BITS, 8, true>(L, w, a, s, o0, o1, out);
+    }
     switch (L.unit_blocks) {
       case 1: return IdotImpl<BITS, 1>(L, w, a, s, o0, o1, out);
       case 2: return IdotImpl<BITS, 2>(L, w, a, s, o0, o1, out);

@@ -30,7 +30,7 @@ inline float Reduce(__m512 v) {
 
 inline __m512 WeightLanes512(const Layout& L, const float* ws, int64_t u) {
   if (L.per_row) return _mm512_set1_ps(ws[0]);
-  if (!UnitComplete(L, u)) {
+  if (!UnitComplete(L, u) || L.gpu == 16) {
     alignas(64) float t[kLanes];
     WeightLanes(L, ws, u, t);
     return _mm512_load_ps(t);
@@ -218,6 +218,28 @@ inline void GatherUnit(const uint8_t* base, __m512i* v) {
   }
 }
 
+// 16-group units: vector 4c + d = dword d of chunk c of each group, lane p =
+// group 4(p%4) + p/4: the chunk-c vectors of the 4 sub-units (4-group units,
+// GatherUnit) transposed at 32-bit granularity inside each 128-bit lane.
+template <int UBO>
+inline void GatherWide(const uint8_t* base, int64_t gbytes, __m512i* v) {
+  __m512i a[4][UBO];
+  for (int i = 0; i < 4; ++i) GatherUnit<UBO>(base + i * 4 * gbytes, a[i]);
+  for (int c = 0; c < UBO; ++c) {
+    const __m512i t0 = _mm512_unpacklo_epi32(a[0][c], a[1][c]), t1 = _mm512_unpackhi_epi32(a[0][c], a[1][c]);
+    const __m512i t2 = _mm512_unpacklo_epi32(a[2][c], a[3][c]), t3 = _mm512_unpackhi_epi32(a[2][c], a[3][c]);
+    v[4 * c + 0] = _mm512_unpacklo_epi64(t0, t2);
+    v[4 * c + 1] = _mm512_unpackhi_epi64(t0, t2);
+    v[4 * c + 2] = _mm512_unpacklo_epi64(t1, t3);
+    v[4 * c + 3] = _mm512_unpackhi_epi64(t1, t3);
+  }
+}
+// Scale lanes of a complete 16-group unit: lane p = group 4(p%4) + p/4.
+inline __m512 FastLanes16(const float* ws, int64_t u) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+                               _mm512_loadu_ps(ws + 16 * u));
+}
+
 // Grouped formats: OB weight rows x NR activation rows, one unit (4 groups,
 // UB vectors) per step, one float epilogue per unit and row. Weight vectors
 // are gathered and unpacked once for the NR rows; activation vectors, lane
@@ -225,7 +247,7 @@ inline void GatherUnit(const uint8_t* base, __m512i* v) {
 // per row (even / odd vectors or planes) when fewer than 4 rows run side by
 // side, to halve the vpdpbusd latency chain. Complete units (IdotFastUnits) gather directly; the last, partial
 // unit goes through IdotVecCopy; both do the same arithmetic.
-template <int BITS, int NR, int OB, int UB>
+template <int BITS, int NR, int OB, int UB, bool WIDE>
 inline void IdotGrp(const Layout& L, const uint8_t* const* rows, const float* const* wss,
                     const IdotActs& a, int64_t r0, int64_t o0, const Out& out) {
   constexpr int kPlanes = 8 / BITS;
@@ -251,10 +273,11 @@ inline void IdotGrp(const Layout& L, const uint8_t* const* rows, const float* co
     __m512i wv[OB][UB];
     for (int ob = 0; ob < OB; ++ob) {
       if constexpr (kFast) {
-        const uint8_t* base = rows[ob] + u * 4 * L.gbytes;
+        const uint8_t* base = rows[ob] + u * L.unit_bytes;
         for (int i = 0; i < UB; ++i)
           _mm_prefetch(reinterpret_cast<const char*>(base + kPrefetchBytes + 64 * i), _MM_HINT_T0);
-        GatherUnit<UB>(base, wv[ob]);
+        if constexpr (WIDE) GatherWide<UB / 4>(base, L.gbytes, wv[ob]);
+        else GatherUnit<UB>(base, wv[ob]);
       } else {
         alignas(64) uint8_t tmp[kBlockBytes];
         for (int j = 0; j < UB; ++j) {
@@ -293,7 +316,11 @@ inline void IdotGrp(const Layout& L, const uint8_t* const* rows, const float* co
       }
     }
     __m512 wl[OB];
-    for (int ob = 0; ob < OB; ++ob) wl[ob] = kFast ? FastLanes<4>(wss[ob], u) : WeightLanes512(L, wss[ob], u);
+    for (int ob = 0; ob < OB; ++ob) {
+      if constexpr (!kFast) wl[ob] = WeightLanes512(L, wss[ob], u);
+      else if constexpr (WIDE) wl[ob] = FastLanes16(wss[ob], u);
+      else wl[ob] = FastLanes<4>(wss[ob], u);
+    }
     for (int r = 0; r < NR; ++r) {
       const __m512 xs = _mm512_loadu_ps(xsr[r] + u * kLanes);
       for (int ob = 0; ob < OB; ++ob) {
@@ -314,7 +341,7 @@ inline void IdotGrp(const Layout& L, const uint8_t* const* rows, const float* co
 
 // All S activation rows against weight rows [o, o + OB): UB = 0 per-row
 // formats (IdotTile), else grouped (IdotGrp).
-template <int BITS, int OB, int UB>
+template <int BITS, int OB, int UB, bool WIDE>
 inline void IdotRows(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o,
                      const Out& out) {
   const uint8_t* rows[OB];
@@ -326,7 +353,7 @@ inline void IdotRows(const Layout& L, const QMatrix& w, const IdotActs& a, int64
   auto tile = [&](auto nr_tag, int64_t r) {
     constexpr int kNR = decltype(nr_tag)::value;
     if constexpr (UB == 0) IdotTile<BITS, kNR, OB, true, 0>(L, rows, wss, a, r, o, out);
-    else IdotGrp<BITS, kNR, OB, UB>(L, rows, wss, a, r, o, out);
+    else IdotGrp<BITS, kNR, OB, UB, WIDE>(L, rows, wss, a, r, o, out);
   };
   int64_t r = 0;
   for (; r + 4 <= s; r += 4) tile(std::integral_constant<int, 4>{}, r);
@@ -338,21 +365,25 @@ inline void IdotRows(const Layout& L, const QMatrix& w, const IdotActs& a, int64
   }
 }
 
-template <int BITS, int UB>
+template <int BITS, int UB, bool WIDE = false>
 void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
   // Two weight rows per pass where registers allow (halves activation loads);
   // per-row formats load activations once per whole-row unit anyway.
-  constexpr int kOB = (UB == 1 || UB == 2) ? 2 : 1;
+  constexpr int kOB = (!WIDE && (UB == 1 || UB == 2)) ? 2 : 1;
   int64_t o = o0;
-  for (; o + kOB <= o1; o += kOB) IdotRows<BITS, kOB, UB>(L, w, a, s, o, out);
-  for (; o < o1; ++o) IdotRows<BITS, 1, UB>(L, w, a, s, o, out);
+  for (; o + kOB <= o1; o += kOB) IdotRows<BITS, kOB, UB, WIDE>(L, w, a, s, o, out);
+  for (; o < o1; ++o) IdotRows<BITS, 1, UB, WIDE>(L, w, a, s, o, out);
 }
 
 template <int BITS>
 void IdotBits(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
   if (L.per_row) return IdotImpl<BITS, 0>(L, w, a, s, o0, o1, out);
+  if (L.wide) {
+    if (L.unit_blocks == 4) return IdotImpl<BITS, 4, true>(L, w, a, s, o0, o1, out);
+    return IdotImpl<BITS, 8, true>(L, w, a, s, o0, o1, out);
+  }
   switch (L.unit_blocks) {
     case 1: return IdotImpl<BITS, 1>(L, w, a, s, o0, o1, out);
     case 2: return IdotImpl<BITS, 2>(L, w, a, s, o0, o1, out);

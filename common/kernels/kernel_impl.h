@@ -64,8 +64,10 @@ struct Layout {
   int64_t unit_blocks = 0;  // 64-byte vectors per unit (gbytes / 16; per-row: nblocks)
   int64_t nunits = 0;
   int64_t idot_stride = 0;  // prepared int8 activation bytes per row = nunits * unit_blocks * block_elems
-  int gpu = 1;              // weight groups per unit (4 grouped, 1 per-row)
+  int gpu = 1;              // weight groups per unit (16 wide, 4 grouped, 1 per-row)
   int lanes_per_group = 16;
+  bool wide = false;        // grouped, units of 16 groups (group bytes <= 32)
+  int64_t unit_bytes = 0;   // weight bytes per unit (grouped: gpu * gbytes)
 };
 
 Layout MakeLayout(QFormat format, int64_t cols);
@@ -118,34 +120,40 @@ inline const uint8_t* BlockPtr(const uint8_t* row, int64_t b, int64_t row_bytes,
   return tmp;
 }
 
+// First weight byte (in the row) of lane p (0..15) of IDOT vector j of unit
+// u; a lane covers 4 consecutive weight bytes. Per-row: block j. 4-group
+// units: chunk j of group p/4, dword p%4. Wide (16-group) units: vector
+// j = 4c + d, lane p = dword d of chunk c of group 4(p%4) + p/4.
+inline int64_t LaneByte0(const Layout& L, int64_t u, int64_t j, int p) {
+  if (L.per_row) return j * kBlockBytes + 4 * p;
+  if (!L.wide) return (4 * u + p / 4) * L.gbytes + 16 * j + 4 * (p % 4);
+  const int64_t c = j / 4, d = j % 4;
+  return (16 * u + 4 * (p % 4) + p / 4) * L.gbytes + 16 * c + 4 * d;
+}
+// Group (within the row) of lane k of unit u; per-row formats: 0.
+inline int64_t LaneGroup(const Layout& L, int64_t u, int k) {
+  if (L.per_row) return 0;
+  if (!L.wide) return 4 * u + k / 4;
+  return 16 * u + 4 * (k % 4) + k / 4;
+}
 // Copies IDOT vector j of unit u of a row (64 bytes, zero past the row end).
 inline void IdotVecCopy(const Layout& L, const uint8_t* row, int64_t u, int64_t j, uint8_t* out) {
-  if (L.per_row) {
-    const int64_t off = j * kBlockBytes;
-    for (int i = 0; i < kBlockBytes; ++i) out[i] = off + i < L.row_bytes ? row[off + i] : 0;
-    return;
-  }
-  for (int g = 0; g < 4; ++g) {
-    const int64_t off = (4 * u + g) * L.gbytes + 16 * j;
-    for (int i = 0; i < 16; ++i) out[16 * g + i] = off + i < L.row_bytes ? row[off + i] : 0;
+  for (int p = 0; p < kLanes; ++p) {
+    const int64_t off = LaneByte0(L, u, j, p);
+    for (int i = 0; i < 4; ++i) out[4 * p + i] = off + i < L.row_bytes ? row[off + i] : 0;
   }
 }
-// True if unit u lies inside the row and all its groups exist (SIMD kernels
-// may then load weights and scales directly).
-inline bool IdotUnitFast(const Layout& L, int64_t u) {
-  if (L.per_row) return L.row_bytes % kBlockBytes == 0;
-  return (u + 1) * 4 * L.gbytes <= L.row_bytes && (u + 1) * 4 <= L.gpr;
-}
-// Units [0, n) that are fast (a prefix: only the last unit can be partial).
+// Units [0, n) that lie inside the row with all their groups (SIMD kernels
+// load weights and scales of those directly); only the last unit can be partial.
 inline int64_t IdotFastUnits(const Layout& L) {
-  if (L.per_row) return IdotUnitFast(L, 0) ? L.nunits : 0;
-  return std::min<int64_t>(L.row_bytes / (4 * L.gbytes), L.gpr / 4);
+  if (L.per_row) return L.row_bytes % kBlockBytes == 0 ? L.nunits : 0;
+  return std::min<int64_t>(L.row_bytes / L.unit_bytes, L.gpr / L.gpu);
 }
 
 // Weight scale of each lane of unit u (0 for groups past the row end).
 inline void WeightLanes(const Layout& L, const float* ws_row, int64_t u, float* out) {
   for (int k = 0; k < kLanes; ++k) {
-    const int64_t g = L.per_row ? 0 : u * L.gpu + k / L.lanes_per_group;
+    const int64_t g = LaneGroup(L, u, k);
     out[k] = g < L.gpr ? ws_row[g] : 0.0f;
   }
 }

@@ -35,9 +35,12 @@ Layout MakeLayout(QFormat format, int64_t cols) {
       L.nunits = 1;
     } else {
       L.gbytes = static_cast<int64_t>(info.group) * info.bits / 8;  // 16..128
-      L.unit_blocks = L.gbytes / 16;
-      L.gpu = 4;
-      L.nunits = (L.row_bytes + 4 * L.gbytes - 1) / (4 * L.gbytes);
+      // Groups of <= 32 bytes: units of 16 groups (one lane per group), else 4.
+      L.wide = L.gbytes <= 32;
+      L.gpu = L.wide ? 16 : 4;
+      L.unit_bytes = L.gpu * L.gbytes;
+      L.unit_blocks = L.unit_bytes / kBlockBytes;
+      L.nunits = (L.row_bytes + L.unit_bytes - 1) / L.unit_bytes;
     }
     L.lanes_per_group = kLanes / L.gpu;
     L.idot_stride = L.nunits * L.unit_blocks * L.block_elems;
@@ -96,28 +99,21 @@ void QuantizeSpan(const float* x, int64_t n, float inv, int8_t* q) {
 }
 
 // Scatters the natural-order codes qt[idot_stride] (zero past cols) into the
-// IDOT vector/plane order: vector v, plane p, byte t <- the element in bits p
-// of weight byte WeightByte(v, t). A 16-byte chunk of a vector comes from 16
-// consecutive weight bytes, i.e. 16 * PLANES consecutive elements.
+// IDOT vector/plane order: vector v, plane p, byte 4k+i <- the element in
+// bits p of weight byte LaneByte0(v, k) + i, i.e. 4 * PLANES consecutive
+// elements per lane.
 template <int PLANES>
 void PermuteRow(const Layout& L, const int8_t* qt, int8_t* qr) {
   constexpr int64_t kBE = kBlockBytes * PLANES;
-  const int64_t nvec = L.nunits * L.unit_blocks;
-  for (int64_t v = 0; v < nvec; ++v) {
-    int8_t* dst = qr + v * kBE;
-    for (int g = 0; g < 4; ++g) {
-      int64_t byte0;  // first weight byte of chunk g of vector v
-      if (L.per_row) {
-        byte0 = v * kBlockBytes + 16 * g;
-      } else {
-        const int64_t u = v / L.unit_blocks, j = v % L.unit_blocks;
-        byte0 = (4 * u + g) * L.gbytes + 16 * j;
+  for (int64_t u = 0; u < L.nunits; ++u)
+    for (int64_t j = 0; j < L.unit_blocks; ++j) {
+      int8_t* dst = qr + (u * L.unit_blocks + j) * kBE;
+      for (int k = 0; k < kLanes; ++k) {
+        const int8_t* src = qt + LaneByte0(L, u, j, k) * PLANES;
+        for (int p = 0; p < PLANES; ++p)
+          for (int i = 0; i < 4; ++i) dst[p * kBlockBytes + 4 * k + i] = src[i * PLANES + p];
       }
-      const int8_t* src = qt + byte0 * PLANES;
-      for (int p = 0; p < PLANES; ++p)
-        for (int t = 0; t < 16; ++t) dst[p * kBlockBytes + 16 * g + t] = src[t * PLANES + p];
     }
-  }
 }
 }  // namespace
 
@@ -156,7 +152,7 @@ void PrepareIdot(const Layout& L, const float* x, int64_t s, int8_t* q, int32_t*
         }
       for (int k = 0; k < kLanes; ++k) {
         cr[u * kLanes + k] = -L.bias * sum[k];
-        const int64_t g = L.per_row ? 0 : u * L.gpu + k / L.lanes_per_group;
+        const int64_t g = LaneGroup(L, u, k);
         sr[u * kLanes + k] = g < ngroups ? gscale[g] : 0.0f;
       }
     }

@@ -22,11 +22,17 @@ int64_t Dest(const Layout& L, int64_t e) {
   if (L.per_row) {
     v = byte / kBlockBytes;
     t = byte % kBlockBytes;
-  } else {
+  } else if (!L.wide) {
     const int64_t u = byte / (4 * L.gbytes), ub = byte % (4 * L.gbytes);
     const int64_t g = ub / L.gbytes, gb = ub % L.gbytes;
     v = u * L.unit_blocks + gb / 16;
     t = 16 * g + gb % 16;
+  } else {  // 16 groups per unit: group 4i + l -> lane 4l + i, dword d of chunk c -> vector 4c + d
+    const int64_t u = byte / (16 * L.gbytes), ub = byte % (16 * L.gbytes);
+    const int64_t g = ub / L.gbytes, gb = ub % L.gbytes;
+    const int64_t lane = 4 * (g % 4) + g / 4, c = gb / 16, d = (gb % 16) / 4;
+    v = u * L.unit_blocks + 4 * c + d;
+    t = 4 * lane + gb % 4;
   }
   return v * L.block_elems + p * kBlockBytes + t;
 }
@@ -61,26 +67,28 @@ void ReferencePrepare(const Layout& L, const float* x, int64_t s, int8_t* q, int
             for (int t = 4 * k; t < 4 * k + 4; ++t)
               sum += qr[(u * L.unit_blocks + j) * L.block_elems + p * kBlockBytes + t];
         c[r * lane_stride + u * kLanes + k] = -L.bias * sum;
-        const int64_t g = L.per_row ? 0 : u * L.gpu + k / L.lanes_per_group;
+        const int64_t g = L.per_row ? 0 : (L.wide ? 16 * u + 4 * (k % 4) + k / 4 : 4 * u + k / 4);
         xs[r * lane_stride + u * kLanes + k] = g < ngroups ? gscale[g] : 0.0f;
       }
     }
   }
 }
 
-// Every lane of a grouped unit holds one group: lanes 4g..4g+3 <-> group 4u+g.
+// Every lane of a grouped unit holds one group: 4-group units lanes
+// 4g..4g+3 <-> group 4u+g; 16-group units lane 4l+i <-> group 16u+4i+l.
 TEST(KernelsPrepTest, GroupedLanesHoldOneGroup) {
   for (const auto& info : kQFormatTable) {
     if (!info.integer || info.group <= 0) continue;
-    const int64_t cols = 8 * info.group + 5;
+    const int64_t cols = 40 * info.group + 5;
     const Layout L = MakeLayout(info.format, cols);
-    EXPECT_EQ(L.gpu, 4);
-    EXPECT_EQ(L.unit_blocks * 16, L.gbytes);
+    EXPECT_EQ(L.gpu, L.gbytes <= 32 ? 16 : 4);
+    EXPECT_EQ(L.unit_blocks * kBlockBytes, L.gpu * L.gbytes);
     for (int64_t e = 0; e < cols; ++e) {
       const int64_t d = Dest(L, e);
       const int64_t v = d / L.block_elems, t = d % kBlockBytes;
       const int64_t u = v / L.unit_blocks, lane = t / 4;
-      ASSERT_EQ(4 * u + lane / 4, e / info.group) << info.name << " element " << e;
+      const int64_t g = L.wide ? 16 * u + 4 * (lane % 4) + lane / 4 : 4 * u + lane / 4;
+      ASSERT_EQ(g, e / info.group) << info.name << " element " << e;
     }
   }
 }
