@@ -305,12 +305,9 @@ void IdotBits(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, i
       if (L.unit_blocks == 4) return IdotImpl<BITS, 4, true>(L, w, a, s, o0, o1, out);
       return IdotImpl<BITS, 8, true>(L, w, a, s, o0, o1, out);
     }
-    switch (L.unit_blocks) {
-      case 1: return IdotImpl<BITS, 1>(L, w, a, s, o0, o1, out);
-      case 2: return IdotImpl<BITS, 2>(L, w, a, s, o0, o1, out);
-      case 4: return IdotImpl<BITS, 4>(L, w, a, s, o0, o1, out);
-      default: return IdotImpl<BITS, 8>(L, w, a, s, o0, o1, out);
-    }
+    // 4-group units exist for group bytes 64 (4 vectors) and 128 (8 vectors).
+    if (L.unit_blocks == 4) return IdotImpl<BITS, 4>(L, w, a, s, o0, o1, out);
+    return IdotImpl<BITS, 8>(L, w, a, s, o0, o1, out);
   }
 }
 

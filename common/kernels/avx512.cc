@@ -368,9 +368,11 @@ inline void IdotRows(const Layout& L, const QMatrix& w, const IdotActs& a, int64
 template <int BITS, int UB, bool WIDE = false>
 void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
-  // Two weight rows per pass where registers allow (halves activation loads);
-  // per-row formats load activations once per whole-row unit anyway.
-  constexpr int kOB = (!WIDE && (UB == 1 || UB == 2)) ? 2 : 1;
+  // Weight rows per pass: 2 halved the activation loads when units were 1-2
+  // vectors (+2-3 % measured); with >= 4 vectors per unit and weight row a
+  // second row no longer fits the 32 registers, so 1. (IdotGrp / IdotTile
+  // keep OB as a parameter.)
+  constexpr int kOB = 1;
   int64_t o = o0;
   for (; o + kOB <= o1; o += kOB) IdotRows<BITS, kOB, UB, WIDE>(L, w, a, s, o, out);
   for (; o < o1; ++o) IdotRows<BITS, 1, UB, WIDE>(L, w, a, s, o, out);
@@ -384,12 +386,9 @@ void IdotBits(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, i
     if (L.unit_blocks == 4) return IdotImpl<BITS, 4, true>(L, w, a, s, o0, o1, out);
     return IdotImpl<BITS, 8, true>(L, w, a, s, o0, o1, out);
   }
-  switch (L.unit_blocks) {
-    case 1: return IdotImpl<BITS, 1>(L, w, a, s, o0, o1, out);
-    case 2: return IdotImpl<BITS, 2>(L, w, a, s, o0, o1, out);
-    case 4: return IdotImpl<BITS, 4>(L, w, a, s, o0, o1, out);
-    default: return IdotImpl<BITS, 8>(L, w, a, s, o0, o1, out);
-  }
+  // 4-group units exist for group bytes 64 (4 vectors) and 128 (8 vectors).
+  if (L.unit_blocks == 4) return IdotImpl<BITS, 4>(L, w, a, s, o0, o1, out);
+  return IdotImpl<BITS, 8>(L, w, a, s, o0, o1, out);
 }
 
 void Idot(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0, int64_t o1,
