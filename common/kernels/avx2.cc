@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/kernels/kernel_impl.h"
 
@@ -34,7 +35,7 @@ inline void WeightLanes256(const Layout& L, const float* ws, int64_t u, __m256* 
     *lo = *hi = _mm256_set1_ps(ws[0]);
     return;
   }
-  if (!UnitComplete(L, u)) {
+  if (!UnitComplete(L, u) || L.gpu == 16) {
     alignas(32) float t[kLanes];
     WeightLanes(L, ws, u, t);
     *lo = _mm256_load_ps(t);
@@ -54,19 +55,49 @@ inline void WeightLanes256(const Layout& L, const float* ws, int64_t u, __m256* 
   }
 }
 
+// Software prefetch distance for the weight stream (as in avx512.cc).
+inline constexpr int64_t kPrefetchBytes = 2048;
+
 inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-template <int BITS, int NR>
+// Weight-scale lanes of a unit whose groups all exist; GPU = groups per unit
+// (0 = per-row scale), a template constant so the hot loop has no branches.
+template <int GPU>
+inline void FastLanes256(const float* ws, int64_t u, __m256* lo, __m256* hi) {
+  if constexpr (GPU == 0) {
+    *lo = *hi = _mm256_set1_ps(ws[0]);
+  } else if constexpr (GPU == 1) {
+    *lo = *hi = _mm256_set1_ps(ws[u]);
+  } else if constexpr (GPU == 2) {
+    *lo = _mm256_set1_ps(ws[2 * u]);
+    *hi = _mm256_set1_ps(ws[2 * u + 1]);
+  } else if constexpr (GPU == 16) {  // lane p = group 4(p%4) + p/4
+    *lo = _mm256_i32gather_ps(ws + 16 * u, _mm256_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13), 4);
+    *hi = _mm256_i32gather_ps(ws + 16 * u, _mm256_setr_epi32(2, 6, 10, 14, 3, 7, 11, 15), 4);
+  } else {
+    const __m256 v = _mm256_castps128_ps256(_mm_loadu_ps(ws + 4 * u));
+    *lo = _mm256_permutevar8x32_ps(v, _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
+    *hi = _mm256_permutevar8x32_ps(v, _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2));
+  }
+}
+
+// One weight row against NR activation rows (one weight load + unpack feeds
+// NR rows). MULTI: units of several blocks (per-row formats, q8_g128);
+// otherwise a unit is exactly one block. Units whose blocks and groups are
+// all complete take the FAST step (direct loads, template scale lanes); the
+// row tail the general one; both do the same arithmetic.
+template <int BITS, int NR, bool MULTI, int GPU>
 inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const IdotActs& a,
                     int64_t r0, int64_t o, const Out& out) {
   alignas(64) uint8_t tmp[kBlockBytes];
   const __m256i mask = _mm256_set1_epi8(BITS == 4 ? 0x0F : 0x03);
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* xq[NR];
-  for (int r = 0; r < NR; ++r) xq[r] = a.q + (r0 + r) * L.act_stride;
+  for (int r = 0; r < NR; ++r) xq[r] = a.q + (r0 + r) * L.idot_stride;
   __m256 facc[NR][2];
   for (int r = 0; r < NR; ++r) facc[r][0] = facc[r][1] = _mm256_setzero_ps();
-  for (int64_t u = 0; u < L.nunits; ++u) {
+  auto step = [&](int64_t u, auto fast_tag) {
+    constexpr bool kFast = decltype(fast_tag)::value;
     __m256i acc[NR][2];
     for (int r = 0; r < NR; ++r) {
       if constexpr (BITS == 8) {  // the sign trick needs no bias correction
@@ -77,9 +108,9 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
         acc[r][1] = Load(c + 8);
       }
     }
-    const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
-    for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* blk = BlockPtr(row, b, L.row_bytes, tmp);
+    auto block = [&](int64_t b) {
+      const uint8_t* blk = kFast ? row + b * kBlockBytes : BlockPtr(row, b, L.row_bytes, tmp);
+      _mm_prefetch(reinterpret_cast<const char*>(row + b * kBlockBytes + kPrefetchBytes), _MM_HINT_T0);
       for (int h = 0; h < 2; ++h) {
         const __m256i w = Load(blk + 32 * h);
         if constexpr (BITS == 8) {
@@ -113,9 +144,16 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
           }
         }
       }
+    };
+    if constexpr (MULTI) {
+      const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
+      for (int64_t b = b0; b < b1; ++b) block(b);
+    } else {
+      block(u);
     }
     __m256 wl[2];
-    WeightLanes256(L, ws, u, &wl[0], &wl[1]);
+    if constexpr (kFast) FastLanes256<GPU>(ws, u, &wl[0], &wl[1]);
+    else WeightLanes256(L, ws, u, &wl[0], &wl[1]);
     for (int r = 0; r < NR; ++r) {
       const float* xs = a.xs + (r0 + r) * a.lane_stride + u * kLanes;
       for (int h = 0; h < 2; ++h) {
@@ -123,33 +161,162 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
         facc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), sc, facc[r][h]);
       }
     }
-  }
+  };
+  int64_t fast = (L.row_bytes / kBlockBytes) / L.unit_blocks;
+  if (!L.per_row) fast = std::min<int64_t>(fast, L.gpr / L.gpu);
+  int64_t u = 0;
+  for (; u < fast; ++u) step(u, std::true_type{});
+  for (; u < L.nunits; ++u) step(u, std::false_type{});
   for (int r = 0; r < NR; ++r) Store(out, r0 + r, o, Reduce(facc[r][0], facc[r][1]));
 }
 
-template <int BITS>
+// Grouped formats: one weight row x NR activation rows, one unit (4 groups,
+// UB vectors of 64 bytes) per step, one float epilogue per unit and row (see
+// kernel_impl.h). Half h of vector j = chunk j of groups 2h and 2h+1: two
+// 16-byte loads (one 32-byte load when UB = 1, where the chunks are adjacent).
+template <int BITS, int NR, int UB, bool WIDE>
+inline void IdotGrp(const Layout& L, const uint8_t* row, const float* ws, const IdotActs& a,
+                    int64_t r0, int64_t o, const Out& out) {
+  constexpr int64_t kVecElems = kBlockBytes * 8 / BITS;
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* xq[NR];
+  for (int r = 0; r < NR; ++r) xq[r] = a.q + (r0 + r) * L.idot_stride;
+  __m256 facc[NR][2];
+  for (int r = 0; r < NR; ++r) facc[r][0] = facc[r][1] = _mm256_setzero_ps();
+  auto step = [&](int64_t u, auto fast_tag) {
+    constexpr bool kFast = decltype(fast_tag)::value;
+    __m256i acc[NR][2];
+    for (int r = 0; r < NR; ++r) {
+      if constexpr (BITS == 8) {  // the sign trick needs no bias correction
+        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+      } else {
+        const int32_t* c = a.c + (r0 + r) * a.lane_stride + u * kLanes;
+        acc[r][0] = Load(c);
+        acc[r][1] = Load(c + 8);
+      }
+    }
+    const uint8_t* base = row + u * L.unit_bytes;
+    if constexpr (kFast)
+      for (int i = 0; i < UB; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(base + kPrefetchBytes + 64 * i), _MM_HINT_T0);
+    alignas(64) uint8_t tmp[kBlockBytes];
+    // Half h of vector c of the 4-group unit at b (UBO vectors per unit).
+    constexpr int kUBO = WIDE ? UB / 4 : UB;
+    auto half4 = [&](const uint8_t* b, int c, int h) {
+      if constexpr (kUBO == 1) {
+        return Load(b + 32 * h);
+      } else {
+        const uint8_t* p0 = b + 2 * h * L.gbytes + 16 * c;
+        return _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + L.gbytes)), 1);
+      }
+    };
+    // Multiply-accumulate of half h of vector j (32 weight bytes w) into every row.
+    auto mac = [&](__m256i w, int j, int h) {
+        const int64_t xo = (u * UB + j) * kVecElems + 32 * h;
+        if constexpr (BITS == 8) {
+          const __m256i aw = _mm256_abs_epi8(w);
+          for (int r = 0; r < NR; ++r) {
+            const __m256i sx = _mm256_sign_epi8(Load(xq[r] + xo), w);
+            acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+          }
+        } else {
+          const __m256i lo = _mm256_and_si256(w, mask);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+          for (int r = 0; r < NR; ++r) {
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Load(xq[r] + xo)),
+                                               _mm256_maddubs_epi16(hi, Load(xq[r] + xo + 64)));
+            acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(p, ones));
+          }
+        }
+    };
+    if constexpr (kFast && WIDE) {
+      // 16-group units: per chunk c and half h, a 32-bit transpose (inside
+      // each 128-bit lane) of half h of chunk c of the 4 sub-units gives
+      // half h of vectors 4c..4c+3.
+      for (int c = 0; c < kUBO; ++c)
+        for (int h = 0; h < 2; ++h) {
+          __m256i q[4];
+          for (int i = 0; i < 4; ++i) q[i] = half4(base + i * 4 * L.gbytes, c, h);
+          const __m256i t0 = _mm256_unpacklo_epi32(q[0], q[1]), t1 = _mm256_unpackhi_epi32(q[0], q[1]);
+          const __m256i t2 = _mm256_unpacklo_epi32(q[2], q[3]), t3 = _mm256_unpackhi_epi32(q[2], q[3]);
+          mac(_mm256_unpacklo_epi64(t0, t2), 4 * c + 0, h);
+          mac(_mm256_unpackhi_epi64(t0, t2), 4 * c + 1, h);
+          mac(_mm256_unpacklo_epi64(t1, t3), 4 * c + 2, h);
+          mac(_mm256_unpackhi_epi64(t1, t3), 4 * c + 3, h);
+        }
+    } else {
+      for (int j = 0; j < UB; ++j) {
+        if constexpr (!kFast) IdotVecCopy(L, row, u, j, tmp);
+        for (int h = 0; h < 2; ++h) {
+          if constexpr (!kFast) mac(Load(tmp + 32 * h), j, h);
+          else mac(half4(base, j, h), j, h);
+        }
+      }
+    }
+    __m256 wl[2];
+    if constexpr (kFast) FastLanes256<WIDE ? 16 : 4>(ws, u, &wl[0], &wl[1]);
+    else WeightLanes256(L, ws, u, &wl[0], &wl[1]);
+    for (int r = 0; r < NR; ++r) {
+      const float* xs = a.xs + (r0 + r) * a.lane_stride + u * kLanes;
+      for (int h = 0; h < 2; ++h) {
+        const __m256 sc = _mm256_mul_ps(wl[h], _mm256_loadu_ps(xs + 8 * h));
+        facc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), sc, facc[r][h]);
+      }
+    }
+  };
+  const int64_t fast = IdotFastUnits(L);
+  int64_t u = 0;
+  for (; u < fast; ++u) step(u, std::true_type{});
+  for (; u < L.nunits; ++u) step(u, std::false_type{});
+  for (int r = 0; r < NR; ++r) Store(out, r0 + r, o, Reduce(facc[r][0], facc[r][1]));
+}
+
+// 16 ymm registers: two activation rows per pass (acc + facc = 8 registers,
+// plus the unpacked weights and constants) so nothing spills. UB = 0:
+// per-row formats (IdotRow), else grouped (IdotGrp).
+template <int BITS, int UB, bool WIDE = false>
 void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w.data + o * L.row_bytes;
     const float* ws = w.scales + o * L.gpr;
     int64_t r = 0;
-    for (; r + 4 <= s; r += 4) IdotRow<BITS, 4>(L, row, ws, a, r, o, out);
-    switch (s - r) {
-      case 3: IdotRow<BITS, 3>(L, row, ws, a, r, o, out); break;
-      case 2: IdotRow<BITS, 2>(L, row, ws, a, r, o, out); break;
-      case 1: IdotRow<BITS, 1>(L, row, ws, a, r, o, out); break;
-      default: break;
+    if constexpr (UB == 0) {
+      for (; r + 2 <= s; r += 2) IdotRow<BITS, 2, true, 0>(L, row, ws, a, r, o, out);
+      if (r < s) IdotRow<BITS, 1, true, 0>(L, row, ws, a, r, o, out);
+    } else {
+      for (; r + 2 <= s; r += 2) IdotGrp<BITS, 2, UB, WIDE>(L, row, ws, a, r, o, out);
+      if (r < s) IdotGrp<BITS, 1, UB, WIDE>(L, row, ws, a, r, o, out);
     }
+  }
+}
+
+template <int BITS>
+void IdotBits(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
+              int64_t o1, const Out& out) {
+  if (L.per_row) return IdotImpl<BITS, 0>(L, w, a, s, o0, o1, out);
+  if constexpr (BITS == 2) {
+    return;  // no grouped int2 format
+  } else {
+    if (L.wide) {
+      if (L.unit_blocks == 4) return IdotImpl<BITS, 4, true>(L, w, a, s, o0, o1, out);
+      return IdotImpl<BITS, 8, true>(L, w, a, s, o0, o1, out);
+    }
+    // 4-group units exist for group bytes 64 (4 vectors) and 128 (8 vectors).
+    if (L.unit_blocks == 4) return IdotImpl<BITS, 4>(L, w, a, s, o0, o1, out);
+    return IdotImpl<BITS, 8>(L, w, a, s, o0, o1, out);
   }
 }
 
 void Idot(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0, int64_t o1,
           const Out& out) {
   switch (L.bits) {
-    case 8: return IdotImpl<8>(L, w, a, s, o0, o1, out);
-    case 4: return IdotImpl<4>(L, w, a, s, o0, o1, out);
-    default: return IdotImpl<2>(L, w, a, s, o0, o1, out);
+    case 8: return IdotBits<8>(L, w, a, s, o0, o1, out);
+    case 4: return IdotBits<4>(L, w, a, s, o0, o1, out);
+    default: return IdotBits<2>(L, w, a, s, o0, o1, out);
   }
 }
 

@@ -30,7 +30,7 @@ inline float Reduce(__m512 v) {
 
 inline __m512 WeightLanes512(const Layout& L, const float* ws, int64_t u) {
   if (L.per_row) return _mm512_set1_ps(ws[0]);
-  if (!UnitComplete(L, u)) {
+  if (!UnitComplete(L, u) || L.gpu == 16) {
     alignas(64) float t[kLanes];
     WeightLanes(L, ws, u, t);
     return _mm512_load_ps(t);
@@ -62,83 +62,120 @@ inline __m512 FastLanes(const float* ws, int64_t u) {
   }
 }
 
-// One weight row against NR activation rows. SPLIT: two int32 chains per row
-// (units of many blocks, i.e. per-row formats, where one vpdpbusd latency
-// chain would bound the loop); single chain for one-block units. Units whose
-// blocks and groups are all complete take the FAST step (direct loads, no
-// tail checks); the rest (row tail) the general one. Both do the same
-// arithmetic, so the result does not depend on which step ran.
-template <int BITS, int NR, bool SPLIT, int GPU>
-inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const IdotActs& a,
-                    int64_t r0, int64_t o, const Out& out) {
-  alignas(64) uint8_t tmp[kBlockBytes];
+// Software prefetch distance for the weight stream (bytes ahead of the unit
+// being read; past the row end it runs into the next rows, which are next in
+// memory). Keeps DRAM latency overlapped with compute at S >= 4 where the
+// hardware prefetcher alone left the loop stalled.
+// (1024 and 2048 measured alike; 0 was 20-40 % slower at S = 4.)
+inline constexpr int64_t kPrefetchBytes = 2048;
+
+// OB weight rows against NR activation rows (register blocking both ways:
+// one weight load + unpack feeds NR rows, one activation load feeds OB weight
+// rows, which halves the L1 traffic of activations, lane sums and scales at
+// OB = 2). SPLIT: two int32 chains per row (units of many blocks, i.e.
+// per-row formats, where one vpdpbusd latency chain would bound the loop);
+// without SPLIT a unit is exactly one block. Units whose blocks and groups
+// are all complete take the FAST step (direct loads, no tail checks); the
+// rest (row tail) the general one. Both do the same arithmetic, so the
+// result does not depend on which step ran, on OB or on NR.
+template <int BITS, int NR, int OB, bool SPLIT, int GPU>
+inline void IdotTile(const Layout& L, const uint8_t* const* rows, const float* const* wss,
+                     const IdotActs& a, int64_t r0, int64_t o0, const Out& out) {
+  alignas(64) uint8_t tmp[OB][kBlockBytes];
   const __m512i mask = _mm512_set1_epi8(BITS == 4 ? 0x0F : 0x03);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const int8_t* xq[NR];
   const int32_t* cr[NR];
   const float* xsr[NR];
   for (int r = 0; r < NR; ++r) {
-    xq[r] = a.q + (r0 + r) * L.act_stride;
+    xq[r] = a.q + (r0 + r) * L.idot_stride;
     cr[r] = a.c + (r0 + r) * a.lane_stride;
     xsr[r] = a.xs + (r0 + r) * a.lane_stride;
   }
-  __m512 facc[NR];
-  for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
+  __m512 facc[OB][NR];
+  for (int ob = 0; ob < OB; ++ob)
+    for (int r = 0; r < NR; ++r) facc[ob][r] = _mm512_setzero_ps();
 
   auto step = [&](int64_t u, auto fast_tag) {
     constexpr bool kFast = decltype(fast_tag)::value;
-    __m512i acc[NR], acc2[NR];
+    __m512i acc[OB][NR], acc2[OB][NR];
     for (int r = 0; r < NR; ++r) {
-      acc[r] = _mm512_loadu_si512(cr[r] + u * kLanes);
-      if constexpr (SPLIT) acc2[r] = _mm512_setzero_si512();
-    }
-    const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
-    for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* blk = kFast ? row + b * kBlockBytes : BlockPtr(row, b, L.row_bytes, tmp);
-      const __m512i w = _mm512_loadu_si512(blk);
-      if constexpr (BITS == 8) {
-        const __m512i wu = _mm512_xor_si512(w, flip);
-        for (int r = 0; r < NR; ++r) {
-          if constexpr (SPLIT) {
-            if (b & 1) {
-              acc2[r] = _mm512_dpbusd_epi32(acc2[r], wu, _mm512_loadu_si512(xq[r] + b * 64));
-              continue;
-            }
-          }
-          acc[r] = _mm512_dpbusd_epi32(acc[r], wu, _mm512_loadu_si512(xq[r] + b * 64));
-        }
-      } else if constexpr (BITS == 4) {
-        const __m512i lo = _mm512_and_si512(w, mask);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
-        for (int r = 0; r < NR; ++r) {
-          const int8_t* xb = xq[r] + b * 128;
-          acc[r] = _mm512_dpbusd_epi32(acc[r], lo, _mm512_loadu_si512(xb));
-          if constexpr (SPLIT) {
-            acc2[r] = _mm512_dpbusd_epi32(acc2[r], hi, _mm512_loadu_si512(xb + 64));
-          } else {
-            acc[r] = _mm512_dpbusd_epi32(acc[r], hi, _mm512_loadu_si512(xb + 64));
-          }
-        }
-      } else {
-        const __m512i c0 = _mm512_and_si512(w, mask);
-        const __m512i c1 = _mm512_and_si512(_mm512_srli_epi16(w, 2), mask);
-        const __m512i c2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
-        const __m512i c3 = _mm512_and_si512(_mm512_srli_epi16(w, 6), mask);
-        for (int r = 0; r < NR; ++r) {
-          const int8_t* xb = xq[r] + b * 256;
-          __m512i& second = SPLIT ? acc2[r] : acc[r];
-          acc[r] = _mm512_dpbusd_epi32(acc[r], c0, _mm512_loadu_si512(xb));
-          second = _mm512_dpbusd_epi32(second, c1, _mm512_loadu_si512(xb + 64));
-          acc[r] = _mm512_dpbusd_epi32(acc[r], c2, _mm512_loadu_si512(xb + 128));
-          second = _mm512_dpbusd_epi32(second, c3, _mm512_loadu_si512(xb + 192));
-        }
+      const __m512i c = _mm512_loadu_si512(cr[r] + u * kLanes);
+      for (int ob = 0; ob < OB; ++ob) {
+        acc[ob][r] = c;
+        if constexpr (SPLIT) acc2[ob][r] = _mm512_setzero_si512();
       }
     }
-    const __m512 wl = kFast ? FastLanes<GPU>(ws, u) : WeightLanes512(L, ws, u);
+    auto block = [&](int64_t b) {
+      __m512i wv[OB][BITS == 8 ? 1 : 8 / BITS];
+      for (int ob = 0; ob < OB; ++ob) {
+        const uint8_t* blk = kFast ? rows[ob] + b * kBlockBytes : BlockPtr(rows[ob], b, L.row_bytes, tmp[ob]);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[ob] + b * kBlockBytes + kPrefetchBytes), _MM_HINT_T0);
+        const __m512i w = _mm512_loadu_si512(blk);
+        if constexpr (BITS == 8) {
+          wv[ob][0] = _mm512_xor_si512(w, flip);
+        } else if constexpr (BITS == 4) {
+          wv[ob][0] = _mm512_and_si512(w, mask);
+          wv[ob][1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+        } else {
+          wv[ob][0] = _mm512_and_si512(w, mask);
+          wv[ob][1] = _mm512_and_si512(_mm512_srli_epi16(w, 2), mask);
+          wv[ob][2] = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+          wv[ob][3] = _mm512_and_si512(_mm512_srli_epi16(w, 6), mask);
+        }
+      }
+      for (int r = 0; r < NR; ++r) {
+        if constexpr (BITS == 8) {
+          const __m512i x = _mm512_loadu_si512(xq[r] + b * 64);
+          for (int ob = 0; ob < OB; ++ob) {
+            if constexpr (SPLIT) {
+              if (b & 1) {
+                acc2[ob][r] = _mm512_dpbusd_epi32(acc2[ob][r], wv[ob][0], x);
+                continue;
+              }
+            }
+            acc[ob][r] = _mm512_dpbusd_epi32(acc[ob][r], wv[ob][0], x);
+          }
+        } else if constexpr (BITS == 4) {
+          const int8_t* xb = xq[r] + b * 128;
+          const __m512i x0 = _mm512_loadu_si512(xb), x1 = _mm512_loadu_si512(xb + 64);
+          for (int ob = 0; ob < OB; ++ob) {
+            acc[ob][r] = _mm512_dpbusd_epi32(acc[ob][r], wv[ob][0], x0);
+            if constexpr (SPLIT) {
+              acc2[ob][r] = _mm512_dpbusd_epi32(acc2[ob][r], wv[ob][1], x1);
+            } else {
+              acc[ob][r] = _mm512_dpbusd_epi32(acc[ob][r], wv[ob][1], x1);
+            }
+          }
+        } else {
+          const int8_t* xb = xq[r] + b * 256;
+          const __m512i x0 = _mm512_loadu_si512(xb), x1 = _mm512_loadu_si512(xb + 64);
+          const __m512i x2 = _mm512_loadu_si512(xb + 128), x3 = _mm512_loadu_si512(xb + 192);
+          for (int ob = 0; ob < OB; ++ob) {
+            __m512i& second = SPLIT ? acc2[ob][r] : acc[ob][r];
+            acc[ob][r] = _mm512_dpbusd_epi32(acc[ob][r], wv[ob][0], x0);
+            second = _mm512_dpbusd_epi32(second, wv[ob][1], x1);
+            acc[ob][r] = _mm512_dpbusd_epi32(acc[ob][r], wv[ob][2], x2);
+            second = _mm512_dpbusd_epi32(second, wv[ob][3], x3);
+          }
+        }
+      }
+    };
+    if constexpr (SPLIT) {
+      const int64_t b0 = u * L.unit_blocks, b1 = std::min(L.nblocks, b0 + L.unit_blocks);
+      for (int64_t b = b0; b < b1; ++b) block(b);
+    } else {
+      block(u);  // one block per unit
+    }
+    __m512 wl[OB];
+    for (int ob = 0; ob < OB; ++ob) wl[ob] = kFast ? FastLanes<GPU>(wss[ob], u) : WeightLanes512(L, wss[ob], u);
     for (int r = 0; r < NR; ++r) {
-      const __m512i p = SPLIT ? _mm512_add_epi32(acc[r], acc2[r]) : acc[r];
-      const __m512 sc = _mm512_mul_ps(wl, _mm512_loadu_ps(xsr[r] + u * kLanes));
-      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, facc[r]);
+      const __m512 xs = _mm512_loadu_ps(xsr[r] + u * kLanes);
+      for (int ob = 0; ob < OB; ++ob) {
+        const __m512i p = SPLIT ? _mm512_add_epi32(acc[ob][r], acc2[ob][r]) : acc[ob][r];
+        const __m512 sc = _mm512_mul_ps(wl[ob], xs);
+        facc[ob][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, facc[ob][r]);
+      }
     }
   };
 
@@ -148,44 +185,218 @@ inline void IdotRow(const Layout& L, const uint8_t* row, const float* ws, const 
   int64_t u = 0;
   for (; u < fast; ++u) step(u, std::true_type{});
   for (; u < L.nunits; ++u) step(u, std::false_type{});
-  for (int r = 0; r < NR; ++r) Store(out, r0 + r, o, Reduce(facc[r]));
+  for (int ob = 0; ob < OB; ++ob)
+    for (int r = 0; r < NR; ++r) Store(out, r0 + r, o0 + ob, Reduce(facc[ob][r]));
 }
 
-template <int BITS, bool SPLIT, int GPU>
+// The UB weight vectors of a complete unit of a grouped format (see
+// kernel_impl.h): vector j = chunk j of each of the unit's 4 groups. GB = 16 *
+// UB bytes per group; the gathers are 128-bit lane transposes (vshufi64x2),
+// 2 per 64 bytes for UB >= 2, shared by every activation row.
+template <int UB>
+inline void GatherUnit(const uint8_t* base, __m512i* v) {
+  auto ld = [&](int i) { return _mm512_loadu_si512(base + 64 * i); };
+  auto transpose4 = [](__m512i b0, __m512i b1, __m512i b2, __m512i b3, __m512i* out) {
+    const __m512i t0 = _mm512_shuffle_i64x2(b0, b1, 0x44), t1 = _mm512_shuffle_i64x2(b0, b1, 0xEE);
+    const __m512i t2 = _mm512_shuffle_i64x2(b2, b3, 0x44), t3 = _mm512_shuffle_i64x2(b2, b3, 0xEE);
+    out[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+    out[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+    out[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+    out[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+  };
+  if constexpr (UB == 1) {
+    v[0] = ld(0);
+  } else if constexpr (UB == 2) {
+    const __m512i b0 = ld(0), b1 = ld(1);
+    v[0] = _mm512_shuffle_i64x2(b0, b1, 0x88);
+    v[1] = _mm512_shuffle_i64x2(b0, b1, 0xDD);
+  } else if constexpr (UB == 4) {
+    transpose4(ld(0), ld(1), ld(2), ld(3), v);
+  } else {
+    transpose4(ld(0), ld(2), ld(4), ld(6), v);
+    transpose4(ld(1), ld(3), ld(5), ld(7), v + 4);
+  }
+}
+
+// 16-group units: vector 4c + d = dword d of chunk c of each group, lane p =
+// group 4(p%4) + p/4: the chunk-c vectors of the 4 sub-units (4-group units,
+// GatherUnit) transposed at 32-bit granularity inside each 128-bit lane.
+template <int UBO>
+inline void GatherWide(const uint8_t* base, int64_t gbytes, __m512i* v) {
+  __m512i a[4][UBO];
+  for (int i = 0; i < 4; ++i) GatherUnit<UBO>(base + i * 4 * gbytes, a[i]);
+  for (int c = 0; c < UBO; ++c) {
+    const __m512i t0 = _mm512_unpacklo_epi32(a[0][c], a[1][c]), t1 = _mm512_unpackhi_epi32(a[0][c], a[1][c]);
+    const __m512i t2 = _mm512_unpacklo_epi32(a[2][c], a[3][c]), t3 = _mm512_unpackhi_epi32(a[2][c], a[3][c]);
+    v[4 * c + 0] = _mm512_unpacklo_epi64(t0, t2);
+    v[4 * c + 1] = _mm512_unpackhi_epi64(t0, t2);
+    v[4 * c + 2] = _mm512_unpacklo_epi64(t1, t3);
+    v[4 * c + 3] = _mm512_unpackhi_epi64(t1, t3);
+  }
+}
+// Scale lanes of a complete 16-group unit: lane p = group 4(p%4) + p/4.
+inline __m512 FastLanes16(const float* ws, int64_t u) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+                               _mm512_loadu_ps(ws + 16 * u));
+}
+
+// Grouped formats: OB weight rows x NR activation rows, one unit (4 groups,
+// UB vectors) per step, one float epilogue per unit and row. Weight vectors
+// are gathered and unpacked once for the NR rows; activation vectors, lane
+// sums and scales are loaded once for the OB weight rows. Two int32 chains
+// per row (even / odd vectors or planes) when fewer than 4 rows run side by
+// side, to halve the vpdpbusd latency chain. Complete units (IdotFastUnits) gather directly; the last, partial
+// unit goes through IdotVecCopy; both do the same arithmetic.
+template <int BITS, int NR, int OB, int UB, bool WIDE>
+inline void IdotGrp(const Layout& L, const uint8_t* const* rows, const float* const* wss,
+                    const IdotActs& a, int64_t r0, int64_t o0, const Out& out) {
+  constexpr int kPlanes = 8 / BITS;
+  constexpr int64_t kVecElems = kBlockBytes * kPlanes;
+  // Second int32 chain only when few (ob, r) chains run side by side.
+  constexpr bool kSplit = NR * OB < 4;
+  const __m512i mask = _mm512_set1_epi8(BITS == 4 ? 0x0F : 0x03);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int8_t* xq[NR];
+  const int32_t* cr[NR];
+  const float* xsr[NR];
+  for (int r = 0; r < NR; ++r) {
+    xq[r] = a.q + (r0 + r) * L.idot_stride;
+    cr[r] = a.c + (r0 + r) * a.lane_stride;
+    xsr[r] = a.xs + (r0 + r) * a.lane_stride;
+  }
+  __m512 facc[OB][NR];
+  for (int ob = 0; ob < OB; ++ob)
+    for (int r = 0; r < NR; ++r) facc[ob][r] = _mm512_setzero_ps();
+
+  auto step = [&](int64_t u, auto fast_tag) {
+    constexpr bool kFast = decltype(fast_tag)::value;
+    __m512i wv[OB][UB];
+    for (int ob = 0; ob < OB; ++ob) {
+      if constexpr (kFast) {
+        const uint8_t* base = rows[ob] + u * L.unit_bytes;
+        for (int i = 0; i < UB; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(base + kPrefetchBytes + 64 * i), _MM_HINT_T0);
+        if constexpr (WIDE) GatherWide<UB / 4>(base, L.gbytes, wv[ob]);
+        else GatherUnit<UB>(base, wv[ob]);
+      } else {
+        alignas(64) uint8_t tmp[kBlockBytes];
+        for (int j = 0; j < UB; ++j) {
+          IdotVecCopy(L, rows[ob], u, j, tmp);
+          wv[ob][j] = _mm512_load_si512(tmp);
+        }
+      }
+    }
+    __m512i acc[OB][NR], acc2[OB][NR];
+    for (int r = 0; r < NR; ++r) {
+      const __m512i c = _mm512_loadu_si512(cr[r] + u * kLanes);
+      for (int ob = 0; ob < OB; ++ob) {
+        acc[ob][r] = c;
+        acc2[ob][r] = _mm512_setzero_si512();
+      }
+    }
+    for (int j = 0; j < UB; ++j) {
+      __m512i pl[OB][kPlanes];
+      for (int ob = 0; ob < OB; ++ob) {
+        if constexpr (BITS == 8) {
+          pl[ob][0] = _mm512_xor_si512(wv[ob][j], flip);
+        } else {
+          for (int p = 0; p < kPlanes; ++p)
+            pl[ob][p] = _mm512_and_si512(p == 0 ? wv[ob][j] : _mm512_srli_epi16(wv[ob][j], p * BITS), mask);
+        }
+      }
+      const int64_t xo = (u * UB + j) * kVecElems;
+      for (int r = 0; r < NR; ++r) {
+        for (int p = 0; p < kPlanes; ++p) {
+          const __m512i x = _mm512_loadu_si512(xq[r] + xo + p * kBlockBytes);
+          for (int ob = 0; ob < OB; ++ob) {
+            __m512i& dst = (kSplit && (UB > 1 ? (j & 1) : (p & 1))) ? acc2[ob][r] : acc[ob][r];
+            dst = _mm512_dpbusd_epi32(dst, pl[ob][p], x);
+          }
+        }
+      }
+    }
+    __m512 wl[OB];
+    for (int ob = 0; ob < OB; ++ob) {
+      if constexpr (!kFast) wl[ob] = WeightLanes512(L, wss[ob], u);
+      else if constexpr (WIDE) wl[ob] = FastLanes16(wss[ob], u);
+      else wl[ob] = FastLanes<4>(wss[ob], u);
+    }
+    for (int r = 0; r < NR; ++r) {
+      const __m512 xs = _mm512_loadu_ps(xsr[r] + u * kLanes);
+      for (int ob = 0; ob < OB; ++ob) {
+        const __m512i p = kSplit ? _mm512_add_epi32(acc[ob][r], acc2[ob][r]) : acc[ob][r];
+        const __m512 sc = _mm512_mul_ps(wl[ob], xs);
+        facc[ob][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, facc[ob][r]);
+      }
+    }
+  };
+
+  const int64_t fast = IdotFastUnits(L);
+  int64_t u = 0;
+  for (; u < fast; ++u) step(u, std::true_type{});
+  for (; u < L.nunits; ++u) step(u, std::false_type{});
+  for (int ob = 0; ob < OB; ++ob)
+    for (int r = 0; r < NR; ++r) Store(out, r0 + r, o0 + ob, Reduce(facc[ob][r]));
+}
+
+// All S activation rows against weight rows [o, o + OB): UB = 0 per-row
+// formats (IdotTile), else grouped (IdotGrp).
+template <int BITS, int OB, int UB, bool WIDE>
+inline void IdotRows(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o,
+                     const Out& out) {
+  const uint8_t* rows[OB];
+  const float* wss[OB];
+  for (int ob = 0; ob < OB; ++ob) {
+    rows[ob] = w.data + (o + ob) * L.row_bytes;
+    wss[ob] = w.scales + (o + ob) * L.gpr;
+  }
+  auto tile = [&](auto nr_tag, int64_t r) {
+    constexpr int kNR = decltype(nr_tag)::value;
+    if constexpr (UB == 0) IdotTile<BITS, kNR, OB, true, 0>(L, rows, wss, a, r, o, out);
+    else IdotGrp<BITS, kNR, OB, UB, WIDE>(L, rows, wss, a, r, o, out);
+  };
+  int64_t r = 0;
+  for (; r + 4 <= s; r += 4) tile(std::integral_constant<int, 4>{}, r);
+  switch (s - r) {
+    case 3: tile(std::integral_constant<int, 3>{}, r); break;
+    case 2: tile(std::integral_constant<int, 2>{}, r); break;
+    case 1: tile(std::integral_constant<int, 1>{}, r); break;
+    default: break;
+  }
+}
+
+template <int BITS, int UB, bool WIDE = false>
 void IdotImpl(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
               int64_t o1, const Out& out) {
-  for (int64_t o = o0; o < o1; ++o) {
-    const uint8_t* row = w.data + o * L.row_bytes;
-    const float* ws = w.scales + o * L.gpr;
-    int64_t r = 0;
-    for (; r + 4 <= s; r += 4) IdotRow<BITS, 4, SPLIT, GPU>(L, row, ws, a, r, o, out);
-    switch (s - r) {
-      case 3: IdotRow<BITS, 3, SPLIT, GPU>(L, row, ws, a, r, o, out); break;
-      case 2: IdotRow<BITS, 2, SPLIT, GPU>(L, row, ws, a, r, o, out); break;
-      case 1: IdotRow<BITS, 1, SPLIT, GPU>(L, row, ws, a, r, o, out); break;
-      default: break;
-    }
-  }
+  // Weight rows per pass: 2 halved the activation loads when units were 1-2
+  // vectors (+2-3 % measured); with >= 4 vectors per unit and weight row a
+  // second row no longer fits the 32 registers, so 1. (IdotGrp / IdotTile
+  // keep OB as a parameter.)
+  constexpr int kOB = 1;
+  int64_t o = o0;
+  for (; o + kOB <= o1; o += kOB) IdotRows<BITS, kOB, UB, WIDE>(L, w, a, s, o, out);
+  for (; o < o1; ++o) IdotRows<BITS, 1, UB, WIDE>(L, w, a, s, o, out);
 }
 
-template <int BITS, bool SPLIT>
-void IdotGpu(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
-             int64_t o1, const Out& out) {
-  if (L.per_row) return IdotImpl<BITS, SPLIT, 0>(L, w, a, s, o0, o1, out);
-  switch (L.gpu) {
-    case 1: return IdotImpl<BITS, SPLIT, 1>(L, w, a, s, o0, o1, out);
-    case 2: return IdotImpl<BITS, SPLIT, 2>(L, w, a, s, o0, o1, out);
-    default: return IdotImpl<BITS, SPLIT, 4>(L, w, a, s, o0, o1, out);
+template <int BITS>
+void IdotBits(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
+              int64_t o1, const Out& out) {
+  if (L.per_row) return IdotImpl<BITS, 0>(L, w, a, s, o0, o1, out);
+  if (L.wide) {
+    if (L.unit_blocks == 4) return IdotImpl<BITS, 4, true>(L, w, a, s, o0, o1, out);
+    return IdotImpl<BITS, 8, true>(L, w, a, s, o0, o1, out);
   }
+  // 4-group units exist for group bytes 64 (4 vectors) and 128 (8 vectors).
+  if (L.unit_blocks == 4) return IdotImpl<BITS, 4>(L, w, a, s, o0, o1, out);
+  return IdotImpl<BITS, 8>(L, w, a, s, o0, o1, out);
 }
 
 void Idot(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0, int64_t o1,
           const Out& out) {
-  const bool split = L.unit_blocks > 1;
   switch (L.bits) {
-    case 8: return split ? IdotGpu<8, true>(L, w, a, s, o0, o1, out) : IdotGpu<8, false>(L, w, a, s, o0, o1, out);
-    case 4: return split ? IdotGpu<4, true>(L, w, a, s, o0, o1, out) : IdotGpu<4, false>(L, w, a, s, o0, o1, out);
-    default: return split ? IdotGpu<2, true>(L, w, a, s, o0, o1, out) : IdotGpu<2, false>(L, w, a, s, o0, o1, out);
+    case 8: return IdotBits<8>(L, w, a, s, o0, o1, out);
+    case 4: return IdotBits<4>(L, w, a, s, o0, o1, out);
+    default: return IdotBits<2>(L, w, a, s, o0, o1, out);
   }
 }
 

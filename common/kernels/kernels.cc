@@ -114,7 +114,7 @@ absl::Status Kernels::Run(const QMatrix& w, const QMatrix* w2, const float* x, i
   FloatActs fa;
   if (path == Path::kIdot) {
     ia.lane_stride = L.nunits * internal::kLanes;
-    sc.q.resize(static_cast<size_t>(s * L.act_stride));
+    sc.q.resize(static_cast<size_t>(s * L.idot_stride));
     sc.c.resize(static_cast<size_t>(s * ia.lane_stride));
     sc.xs.resize(static_cast<size_t>(s * ia.lane_stride));
     internal::PrepareIdot(L, x, s, sc.q.data(), sc.c.data(), sc.xs.data());
@@ -182,19 +182,32 @@ absl::Status Kernels::VecTimesRows(const QMatrix& w, int64_t r0, int64_t r1, con
   if (s == 0) return absl::OkStatus();
   if (v == nullptr || out == nullptr) return absl::InvalidArgumentError("VecTimesRows: null pointer");
   const int64_t n = r1 - r0, I = w.cols;
-  std::vector<float>& row = scratch_->xp;
-  row.resize(static_cast<size_t>(I));
-  for (int64_t i = 0; i < s * I; ++i) out[i] = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) {
-    internal::DequantizeRow(w, r, row.data());
-    for (int64_t k = 0; k < s; ++k) {
-      const float a = v[k * n + (r - r0)];
-      float* o = out + k * I;
-      for (int64_t c = 0; c < I; ++c) {
-        const float t = a * row[c];
-        o[c] = o[c] + t;
+  // Column chunks of kVtrCols run in parallel; every element is the same
+  // row-order f32 sum whichever thread computes it (thread-count invariant).
+  constexpr int64_t kVtrCols = 512;
+  const int64_t ntasks = (I + kVtrCols - 1) / kVtrCols;
+  auto task = [&](int64_t t) {
+    const int64_t c0 = t * kVtrCols, c1 = std::min(I, c0 + kVtrCols);
+    float row[kVtrCols];
+    for (int64_t k = 0; k < s; ++k)
+      for (int64_t c = c0; c < c1; ++c) out[k * I + c] = 0.0f;
+    for (int64_t r = r0; r < r1; ++r) {
+      internal::DequantizeRow(w, r, row, c0, c1);
+      for (int64_t k = 0; k < s; ++k) {
+        const float a = v[k * n + (r - r0)];
+        float* o = out + k * I;
+        for (int64_t c = c0; c < c1; ++c) {
+          const float p = a * row[c - c0];
+          o[c] = o[c] + p;
+        }
       }
     }
+  };
+  // Small products (a few rows x a few columns) stay on the caller.
+  if (ntasks == 1 || n * I * s < (int64_t{1} << 16)) {
+    for (int64_t t = 0; t < ntasks; ++t) task(t);
+  } else {
+    pool_->ParallelFor(ntasks, task);
   }
   return absl::OkStatus();
 }

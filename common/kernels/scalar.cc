@@ -11,24 +11,22 @@ namespace {
 
 void IdotScalar(const Layout& L, const QMatrix& w, const IdotActs& a, int64_t s, int64_t o0,
                 int64_t o1, const Out& out) {
-  alignas(64) uint8_t tmp[kBlockBytes];
+  alignas(64) uint8_t vec[kBlockBytes];
   const int mask = (1 << L.bits) - 1;
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w.data + o * L.row_bytes;
     const float* ws = w.scales + o * L.gpr;
     for (int64_t r = 0; r < s; ++r) {
-      const int8_t* xq = a.q + r * L.act_stride;
+      const int8_t* xq = a.q + r * L.idot_stride;
       float facc[kLanes] = {};
       for (int64_t u = 0; u < L.nunits; ++u) {
         int32_t p[kLanes];
         for (int k = 0; k < kLanes; ++k) p[k] = a.c[r * a.lane_stride + u * kLanes + k];
-        const int64_t b0 = u * L.unit_blocks;
-        const int64_t b1 = std::min(L.nblocks, b0 + L.unit_blocks);
-        for (int64_t b = b0; b < b1; ++b) {
-          const uint8_t* blk = BlockPtr(row, b, L.row_bytes, tmp);
-          const int8_t* xb = xq + b * L.block_elems;
+        for (int64_t j = 0; j < L.unit_blocks; ++j) {
+          IdotVecCopy(L, row, u, j, vec);
+          const int8_t* xb = xq + (u * L.unit_blocks + j) * L.block_elems;
           for (int t = 0; t < kBlockBytes; ++t) {
-            const int byte = L.bits == 8 ? (blk[t] ^ 0x80) : blk[t];  // q + bias, unsigned
+            const int byte = L.bits == 8 ? (vec[t] ^ 0x80) : vec[t];  // q + bias, unsigned
             int32_t sum = 0;
             for (int pl = 0; pl < L.planes; ++pl)
               sum += ((byte >> (pl * L.bits)) & mask) * xb[pl * kBlockBytes + t];

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace moe::kernels {
@@ -37,7 +38,8 @@ class ThreadPool {
       for (int64_t i = 0; i < n; ++i) fn(i);
       return;
     }
-    RunImpl([](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); }, &fn, n);
+    using Fn = std::remove_reference_t<F>;
+    RunImpl([](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, const_cast<void*>(static_cast<const void*>(&fn)), n);
   }
 
  private:

@@ -117,5 +117,18 @@ TEST(KernelsMlaTest, VecTimesRowsMatchesDoubleReference) {
   }
 }
 
+// Column chunks run in parallel: 1 and 2 threads give the same bits.
+TEST(KernelsMlaTest, VecTimesRowsThreadCountInvariant) {
+  const int64_t O = 40, I = 1537, S = 3, r0 = 3, r1 = 37;
+  for (QFormat f : {QFormat::kQ4G64, QFormat::kQ8Row, QFormat::kBF16}) {
+    const OwnedMatrix m = Quantize(f, O, I, RandomVector(O * I, 21));
+    const auto v = RandomVector(S * (r1 - r0), 22);
+    std::vector<float> a(S * I, 1.0f), b(S * I, 2.0f);
+    ASSERT_TRUE(Make(Isa::kScalar, 1)->VecTimesRows(m.view(), r0, r1, v.data(), S, a.data()).ok());
+    ASSERT_TRUE(Make(Isa::kScalar, 2)->VecTimesRows(m.view(), r0, r1, v.data(), S, b.data()).ok());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << Name(f);
+  }
+}
+
 }  // namespace
 }  // namespace moe::kernels
