@@ -147,8 +147,9 @@ TEST_F(ExpertdContainer, RemoteSourceReturnsTheContainersExactBytesUnderEviction
         ASSERT_EQ(m[p]->format, v[p].format);
         ASSERT_EQ(m[p]->rows, v[p].rows);
         EXPECT_EQ(std::memcmp(m[p]->data, v[p].data, DataBytes(v[p].format, v[p].rows, v[p].cols)), 0);
-        if (v[p].scales)
+        if (v[p].scales) {
           EXPECT_EQ(std::memcmp(m[p]->scales, v[p].scales, ScaleBytes(v[p].format, v[p].rows, v[p].cols)), 0);
+        }
       }
     }
   }
