@@ -60,6 +60,31 @@ struct IoStats {
   uint64_t busy_ns = 0;  // wall time with at least one read in flight
 };
 
+// The counters behind IoStats, kept the same way by every engine. Not
+// thread-safe: the engine calls it under its own lock. Times are NowNs().
+class IoCounters {
+ public:
+  void Submitted() { ++s_.ops; }
+  void Started(uint64_t now_ns) {
+    if (s_.inflight_chunks++ == 0) busy_since_ = now_ns;
+  }
+  void AddBytes(uint64_t n) { s_.bytes += n; }
+  void Finished(bool ok, uint64_t now_ns) {
+    if (!ok) ++s_.errors;
+    if (--s_.inflight_chunks == 0) s_.busy_ns += now_ns - busy_since_;
+  }
+  uint64_t inflight() const { return s_.inflight_chunks; }
+  IoStats Snapshot(uint64_t now_ns) const {
+    IoStats s = s_;
+    if (s.inflight_chunks > 0) s.busy_ns += now_ns - busy_since_;
+    return s;
+  }
+
+ private:
+  IoStats s_;
+  uint64_t busy_since_ = 0;
+};
+
 class IoEngine {
  public:
   virtual ~IoEngine() = default;

@@ -46,7 +46,7 @@ class PreadEngine final : public IoEngine {
     auto chunks = internal::SplitOp(st, cfg_.chunk_bytes);
     {
       std::lock_guard<std::mutex> l(mu_);
-      ops_++;
+      counters_.Submitted();
       for (auto& c : chunks) queue_.push_back(std::move(c));
     }
     cv_.notify_all();
@@ -59,13 +59,7 @@ class PreadEngine final : public IoEngine {
   bool buffers_registered() const override { return false; }
   IoStats stats() const override {
     std::lock_guard<std::mutex> l(mu_);
-    IoStats s;
-    s.ops = ops_;
-    s.bytes = bytes_;
-    s.errors = errors_;
-    s.inflight_chunks = inflight_;
-    s.busy_ns = busy_ns_ + (inflight_ ? NowNs() - busy_since_ : 0);
-    return s;
+    return counters_.Snapshot(NowNs());
   }
 
  private:
@@ -78,7 +72,7 @@ class PreadEngine final : public IoEngine {
         if (stop_) return;
         c = std::move(queue_.front());
         queue_.pop_front();
-        if (inflight_++ == 0) busy_since_ = NowNs();
+        counters_.Started(NowNs());
       }
       uint64_t done_bytes = 0;
       absl::Status err;
@@ -100,9 +94,8 @@ class PreadEngine final : public IoEngine {
       }
       {
         std::lock_guard<std::mutex> l(mu_);
-        bytes_ += done_bytes;
-        if (!err.ok()) errors_++;
-        if (--inflight_ == 0) busy_ns_ += NowNs() - busy_since_;
+        counters_.AddBytes(done_bytes);
+        counters_.Finished(err.ok(), NowNs());
       }
       if (!err.ok()) c.op->Fail(err);
       if (c.op->ChunkDone()) c.op->Finish();
@@ -115,7 +108,7 @@ class PreadEngine final : public IoEngine {
   std::deque<Chunk> queue_;
   std::vector<std::thread> threads_;
   bool stop_ = false;
-  uint64_t ops_ = 0, bytes_ = 0, errors_ = 0, inflight_ = 0, busy_ns_ = 0, busy_since_ = 0;
+  IoCounters counters_;  // guarded by mu_
 };
 
 }  // namespace

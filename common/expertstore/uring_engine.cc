@@ -66,7 +66,7 @@ class UringEngine final : public IoEngine {
     auto chunks = internal::SplitOp(st, cfg_.chunk_bytes);
     {
       std::lock_guard<std::mutex> l(mu_);
-      ops_++;
+      counters_.Submitted();
       for (auto& c : chunks) pending_.push_back(std::move(c));
     }
     Wake();
@@ -85,13 +85,7 @@ class UringEngine final : public IoEngine {
   bool buffers_registered() const override { return registered_; }
   IoStats stats() const override {
     std::lock_guard<std::mutex> l(mu_);
-    IoStats s;
-    s.ops = ops_;
-    s.bytes = bytes_;
-    s.errors = errors_;
-    s.inflight_chunks = inflight_;
-    s.busy_ns = busy_ns_ + (inflight_ ? NowNs() - busy_since_ : 0);
-    return s;
+    return counters_.Snapshot(NowNs());
   }
 
  private:
@@ -122,11 +116,11 @@ class UringEngine final : public IoEngine {
     for (;;) {
       {
         std::lock_guard<std::mutex> l(mu_);
-        if (stop_ && inflight_ == 0) break;
-        while (!stop_ && inflight_ < uint64_t(qd_) && !pending_.empty()) {
+        if (stop_ && counters_.inflight() == 0) break;
+        while (!stop_ && counters_.inflight() < uint64_t(qd_) && !pending_.empty()) {
           auto* c = new Chunk(std::move(pending_.front()));
           pending_.pop_front();
-          if (inflight_++ == 0) busy_since_ = NowNs();
+          counters_.Started(NowNs());
           Prep(c);
         }
       }
@@ -161,7 +155,7 @@ class UringEngine final : public IoEngine {
       uint64_t got = c->len - *left;
       {
         std::lock_guard<std::mutex> l(mu_);
-        bytes_ += got;
+        counters_.AddBytes(got);
       }
       c->offset += got;
       c->dest += got;
@@ -171,9 +165,8 @@ class UringEngine final : public IoEngine {
     }
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (res > 0) bytes_ += res;
-      if (!left.ok()) errors_++;
-      if (--inflight_ == 0) busy_ns_ += NowNs() - busy_since_;
+      if (res > 0) counters_.AddBytes(res);
+      counters_.Finished(left.ok(), NowNs());
     }
     if (!left.ok()) c->op->Fail(left.status());
     if (c->op->ChunkDone()) c->op->Finish();
@@ -190,7 +183,7 @@ class UringEngine final : public IoEngine {
   mutable std::mutex mu_;
   std::deque<Chunk> pending_;
   bool stop_ = false;
-  uint64_t ops_ = 0, bytes_ = 0, errors_ = 0, inflight_ = 0, busy_ns_ = 0, busy_since_ = 0;
+  IoCounters counters_;  // guarded by mu_
 };
 
 }  // namespace
