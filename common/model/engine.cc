@@ -81,11 +81,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
         return x;
       },
       cfg.expert_budget_bytes);
+  ExpertSource* source = e->store_.get();
+  if (cfg.expert_source) {
+    if (!e->container_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          model_dir, " is a checkpoint directory; an external expert source (expertd) serves converted "
+                     "containers only (moe convert)"));
+    }
+    if (cfg.expert_format) {
+      return absl::InvalidArgumentError("re-storing experts at load (expert_format) needs the in-process store, "
+                                        "not an external expert source");
+    }
+    MOE_ASSIGN_OR_RETURN(e->external_, cfg.expert_source(*e->container_));
+    if (!e->external_) return absl::InternalError("expert source factory returned null");
+    source = e->external_.get();
+  }
   EngineOptions opt;
   opt.numerics = cfg.numerics.value_or(c.dtype == "float32" ? Numerics::kF32 : Numerics::kHfBf16);
   opt.attention = cfg.attention;
   opt.kernel_path = cfg.kernel_path;
-  e->model_ = std::make_unique<Model>(std::move(c), std::move(weights), e->store_.get(), opt);
+  e->model_ = std::make_unique<Model>(std::move(c), std::move(weights), source, opt);
   return e;
 }
 

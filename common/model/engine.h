@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,11 @@ struct EngineConfig {
   std::optional<QFormat> dense_format;
   // Path of the integer-format kernels (kAuto: int8-activation IDOT).
   kernels::Path kernel_path = kernels::Path::kAuto;
+  // Routed experts from another source (inferd --expertd: expertd's
+  // RemoteExpertSource) instead of the in-process store. Called once at Open
+  // with the opened container: converted containers only (a checkpoint dir
+  // is refused with a clear error). Empty: the in-process store.
+  std::function<absl::StatusOr<std::unique_ptr<ExpertSource>>(const Container&)> expert_source;
 };
 
 struct MemoryPlan {
@@ -73,6 +79,9 @@ class Engine {
   Model& mutable_model() { return *model_; }
   const ModelConfig& config() const { return model_->config(); }
   InProcessExpertStore& experts() { return *store_; }
+  // The source the model fetches routed experts from (the external one of
+  // EngineConfig::expert_source when set, else experts()).
+  ExpertSource& expert_source() { return external_ ? *external_ : static_cast<ExpertSource&>(*store_); }
   KvCache NewCache() const { return KvCache::ForModel(config(), cfg_.kv_dtype); }
 
   // Feeds the prompt (continuing `cache`) and generates up to max_tokens,
@@ -88,6 +97,7 @@ class Engine {
   std::unique_ptr<SafetensorsReader> ck_;
   std::unique_ptr<Container> container_;  // set when model_dir is a converted container
   std::unique_ptr<InProcessExpertStore> store_;
+  std::unique_ptr<ExpertSource> external_;  // EngineConfig::expert_source (destroyed before container_)
   std::unique_ptr<Model> model_;
 };
 
