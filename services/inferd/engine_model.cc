@@ -59,7 +59,15 @@ absl::Status EngineModel::Forward(std::span<Item> items) {
   }
   // One forward over every item's rows: each weight matrix and each distinct
   // routed expert is read once for the whole step.
-  MOE_ASSIGN_OR_RETURN(std::vector<ForwardResult> r, engine_->model().ForwardBatch(batch));
+  std::vector<ForwardResult> r;
+  if (batched_forward_) {
+    MOE_ASSIGN_OR_RETURN(r, engine_->model().ForwardBatch(batch));
+  } else {
+    for (const BatchSeq& b : batch) {
+      MOE_ASSIGN_OR_RETURN(std::vector<ForwardResult> one, engine_->model().ForwardBatch(std::span(&b, 1)));
+      r.push_back(std::move(one[0]));
+    }
+  }
   for (size_t i = 0; i < items.size(); ++i) {
     if (!items[i].logits) continue;
     if (r[i].rows < 1 || static_cast<int64_t>(r[i].logits.size()) < V) {

@@ -33,11 +33,15 @@ class EngineModel final : public SequenceModel {
   absl::Status Forward(std::span<Item> items) override;
   double expert_hit_rate() const override;
   int64_t expert_fetches() const override;
+  // false: each item of a step runs its own forward (the unfused baseline
+  // that benchmarks compare against; same tokens, more weight/expert reads).
+  void set_batched_forward(bool on) { batched_forward_ = on; }
 
  private:
   std::unique_ptr<Engine> engine_;
   std::string name_;
   int64_t max_context_ = 0;
+  bool batched_forward_ = true;
 };
 
 }  // namespace moe::inferd

@@ -23,6 +23,8 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     f.AddBytes("expert-budget", &expert_budget_, "in-process expert cache budget (bytes, K/M/G; without --expertd)");
     f.AddString("expertd", &expertd_,
                 "expertd socket (unix:PATH or PATH): routed experts from the shared expertd; empty: in-process store");
+    f.AddBool("batched-forward", &batched_forward_,
+              "one forward per step over all sequences (false: one forward per sequence; benchmark baseline)");
     f.AddInt("max-context", &max_context_, "context per sequence (0: the model's max_position_embeddings)");
   }
   absl::StatusOr<std::unique_ptr<moe::inferd::SequenceModel>> Create() override {
@@ -46,12 +48,14 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     MOE_LOG(INFO) << "inferd: memory plan: " << plan->ToString();
     auto m = moe::inferd::EngineModel::Open(model_, cfg, max_context_);
     if (!m.ok()) return m.status();
+    (*m)->set_batched_forward(batched_forward_);
     return std::unique_ptr<moe::inferd::SequenceModel>(std::move(*m));
   }
 
  private:
   std::string model_;
   std::string expertd_;
+  bool batched_forward_ = true;
   uint64_t expert_budget_ = 0;
   int64_t max_context_ = 0;
 };

@@ -115,9 +115,10 @@ TEST(InferdEngine, BatchedAndPrefixReusedSequencesMatchTheEngine) {
 TEST(InferdEngine, BatchedStepsShareExpertFetches) {
   const std::vector<std::vector<int32_t>> prompts = {
       {5, 9, 14, 3, 27, 40, 2, 8}, {60, 61, 62}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, {33}};
-  auto run = [&](bool together, int64_t chunk, inferd::BatcherStats* st) {
+  auto run = [&](bool together, int64_t chunk, inferd::BatcherStats* st, bool fused = true) {
     auto m = inferd::EngineModel::Open(TinyDir(), EngineConfig{}, 0);
     EXPECT_TRUE(m.ok()) << m.status();
+    (*m)->set_batched_forward(fused);
     inferd::BatcherConfig bc;
     bc.prefill_chunk = chunk;
     bc.prefix_cache_bytes = 0;  // no prefix reuse: compare the same work
@@ -145,6 +146,11 @@ TEST(InferdEngine, BatchedStepsShareExpertFetches) {
   EXPECT_GT(alone.expert_fetches, 0);
   EXPECT_LT(batched.expert_fetches, alone.expert_fetches);
   EXPECT_LT(batched.steps, alone.steps);
+  // The unfused baseline (one forward per sequence per step): same tokens,
+  // more expert fetches.
+  inferd::BatcherStats unfused;
+  EXPECT_EQ(run(true, 4, &unfused, /*fused=*/false), a);
+  EXPECT_GT(unfused.expert_fetches, batched.expert_fetches);
 }
 
 TEST(InferdEngine, ServedOverGrpcByTheInferdBinary) {
