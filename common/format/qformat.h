@@ -103,6 +103,10 @@ constexpr int64_t ScaleBytes(QFormat f, int64_t rows, int64_t cols) {
   return rows * GroupsPerRow(f, cols) * static_cast<int64_t>(sizeof(float));
 }
 
+// Bytes of a whole stored matrix: data then scales.
+constexpr int64_t StoredMatrixBytes(QFormat f, int64_t rows, int64_t cols) {
+  return DataBytes(f, rows, cols) + ScaleBytes(f, rows, cols);
+}
 static_assert(RowBytes(QFormat::kQ4G64, 6144) == 3072);
 static_assert(RowBytes(QFormat::kQ4Row, 7) == 4);
 static_assert(RowBytes(QFormat::kQ2Row, 5) == 2);

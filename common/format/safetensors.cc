@@ -298,29 +298,29 @@ const TensorInfo* SafetensorsReader::ScaleOf(const TensorInfo& t) const {
 
 // ---- raw reads --------------------------------------------------------------
 
-absl::Status SafetensorsReader::ReadRange(int file, uint64_t offset, uint64_t len, void* dst) const {
+absl::Status SafetensorsReader::CheckRange(int file, uint64_t offset, uint64_t len) const {
   if (file < 0 || file >= num_files()) {
     return absl::InvalidArgumentError(absl::StrCat("file index ", file, " out of range (", num_files(), " files)"));
   }
-  const File& f = files_[file];
-  if (offset > f.info.size || len > f.info.size - offset) {
-    return absl::OutOfRangeError(absl::StrCat(f.info.path, ": read [", offset, ", +", len,
-                                              ") beyond the file (", f.info.size, " bytes)"));
+  const ShardFile& f = files_[file].info;
+  if (offset > f.size || len > f.size - offset) {
+    return absl::OutOfRangeError(absl::StrCat(f.path, ": read [", offset, ", +", len,
+                                              ") beyond the file (", f.size, " bytes)"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsReader::ReadRange(int file, uint64_t offset, uint64_t len, void* dst) const {
+  MOE_RETURN_IF_ERROR(CheckRange(file, offset, len));
+  const File& f = files_[file];
   return PreadFull(f.fd, offset, len, static_cast<uint8_t*>(dst), f.info.path);
 }
 
 absl::StatusOr<std::span<const uint8_t>> SafetensorsReader::ReadRangeDirect(int file, uint64_t offset,
                                                                             uint64_t len,
                                                                             AlignedBuffer* buf) const {
-  if (file < 0 || file >= num_files()) {
-    return absl::InvalidArgumentError(absl::StrCat("file index ", file, " out of range (", num_files(), " files)"));
-  }
+  MOE_RETURN_IF_ERROR(CheckRange(file, offset, len));
   const File& f = files_[file];
-  if (offset > f.info.size || len > f.info.size - offset) {
-    return absl::OutOfRangeError(absl::StrCat(f.info.path, ": read [", offset, ", +", len,
-                                              ") beyond the file (", f.info.size, " bytes)"));
-  }
   if (len == 0) return std::span<const uint8_t>();
   const uint64_t begin = offset / kDirectIoAlign * kDirectIoAlign;
   const uint64_t end = AlignUp(offset + len, kDirectIoAlign);

@@ -152,6 +152,8 @@ class SafetensorsReader {
     std::vector<int> tensor_indices;
   };
   SafetensorsReader() = default;
+  // The file index exists and [offset, offset + len) lies inside that file.
+  absl::Status CheckRange(int file, uint64_t offset, uint64_t len) const;
   absl::Status AddFile(const std::string& path, const OpenOptions& options);
   absl::Status CheckFp8Scales() const;
   absl::Status Fp8RowsF32(const TensorInfo& t, const TensorInfo& scale, int64_t row_begin, int64_t row_end,

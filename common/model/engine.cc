@@ -31,20 +31,51 @@ std::string MemoryPlan::ToString() const {
                       mib(expert_cache_bytes), "; KV ", kv_bytes_per_token, " B/token");
 }
 
-absl::StatusOr<MemoryPlan> Engine::Plan(const std::string& model_dir, const EngineConfig& cfg) {
-  MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(model_dir));
+namespace {
+
+// One plan for both sources: resident bytes from walking the loader, expert
+// bytes per MoE layer from the stored (or re-stored) formats.
+template <class Src>
+absl::StatusOr<MemoryPlan> PlanFrom(const Src& ck, const ModelConfig& c, const EngineConfig& cfg) {
   MemoryPlan p;
-  p.resident_bytes = PlanResidentBytes(c, cfg.load_mtp);
-  p.expert_bytes_each = PlanExpertBytes(c);
-  int64_t moe_layers = cfg.load_mtp ? 1 : 0;
-  for (bool m : c.layer_is_moe) moe_layers += m;
-  p.expert_total_bytes = p.expert_bytes_each * c.n_routed_experts * moe_layers;
+  LoadOptions lo;
+  lo.load_mtp = cfg.load_mtp;
+  bool has_mtp = false;
+  MOE_ASSIGN_OR_RETURN(p.resident_bytes, PlanResidentBytes(ck, c, lo, cfg.dense_format, &has_mtp));
+  std::vector<int> moe_layers;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.layer_is_moe[l]) moe_layers.push_back(l);
+  }
+  if (has_mtp) moe_layers.push_back(c.num_hidden_layers);
+  for (int l : moe_layers) {
+    MOE_ASSIGN_OR_RETURN(int64_t each, PlanExpertBytes(ck, c, l, cfg.expert_format));
+    p.expert_bytes_each = std::max(p.expert_bytes_each, each);
+    p.expert_total_bytes += each * c.n_routed_experts;
+  }
+  p.experts_per_token_bytes = p.expert_bytes_each * c.num_experts_per_tok;
   p.expert_cache_bytes = std::min(cfg.expert_budget_bytes, p.expert_total_bytes);
   int64_t per_layer = c.kv_lora_rank + c.qk_rope_head_dim;
   int64_t w = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) w += per_layer + (c.has_indexer && c.indexer_full[l] ? c.index_head_dim : 0);
   p.kv_bytes_per_token = w * (cfg.kv_dtype == KvDtype::kF32 ? 4 : 2);
   return p;
+}
+
+bool IsContainer(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::path(dir) / "moestream.json", ec);
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryPlan> Engine::Plan(const std::string& model_dir, const EngineConfig& cfg) {
+  MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(model_dir));
+  if (IsContainer(model_dir)) {
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Container> ct, Container::Open(model_dir));
+    return PlanFrom(*ct, c, cfg);
+  }
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> ck, OpenCheckpoint(model_dir));
+  return PlanFrom(*ck, c, cfg);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_dir, const EngineConfig& cfg) {
@@ -56,8 +87,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
   ExpertLoader load_expert;
   std::unique_ptr<ModelWeights> weights;
   const ModelConfig cc = c;
-  std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::path(model_dir) / "moestream.json", ec)) {
+  if (IsContainer(model_dir)) {
     // Converted container: matrices keep their stored QFormat.
     MOE_ASSIGN_OR_RETURN(e->container_, Container::Open(model_dir));
     MOE_ASSIGN_OR_RETURN(weights, LoadResidentWeights(*e->container_, c, lo));

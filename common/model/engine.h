@@ -1,9 +1,11 @@
 // Engine: one loaded model (HF checkpoint dir), its expert store, and the
 // generation / scoring loops used by `moe run`, `moe score` and tests.
 //
-// Memory plan: resident weights (from the config) + expert cache budget +
-// KV cache for the requested context; Plan() computes it before anything is
-// loaded so the CLI can print it and refuse a plan that does not fit.
+// Memory plan: resident weights + expert cache budget + KV cache for the
+// requested context, in the formats the weights are stored in (an int4
+// container of GLM-5 plans ~19 MB per expert, not its bf16 size); Plan()
+// computes it from tensor headers before anything is loaded so the CLI can
+// print it and refuse a plan that does not fit.
 // Thread safety: Generate/Score on distinct caches may run concurrently.
 #pragma once
 
@@ -43,7 +45,8 @@ struct EngineConfig {
 
 struct MemoryPlan {
   int64_t resident_bytes = 0;      // non-expert weights
-  int64_t expert_bytes_each = 0;   // one routed expert (bf16)
+  int64_t expert_bytes_each = 0;   // one routed expert as stored (largest layer)
+  int64_t experts_per_token_bytes = 0;  // num_experts_per_tok experts: one layer's working set
   int64_t expert_total_bytes = 0;  // all routed experts
   int64_t expert_cache_bytes = 0;  // min(budget, total)
   int64_t kv_bytes_per_token = 0;

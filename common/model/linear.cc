@@ -8,16 +8,6 @@
 namespace moe {
 namespace {
 
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  }
-  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 }  // namespace
 
 void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
@@ -46,7 +36,7 @@ void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y) {
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < O; ++o) {
       DequantRow(w, o, row.data());
-      for (int64_t t = 0; t < s; ++t) y[t * O + o] = Dot(x + t * I, row.data(), I);
+      for (int64_t t = 0; t < s; ++t) y[t * O + o] = DotF32(x + t * I, row.data(), I);
     }
   }
 }

@@ -19,6 +19,18 @@ namespace moe {
 using WeightMatrix = ExpertMatrix;  // format, rows (O), cols (I), data, scales
 
 // y (S x rows) = x (S x cols) . W^T.
+// f32 dot product with a fixed 8-lane summation order (the same on every
+// machine and compiler, so every caller sees bit-identical sums).
+inline float DotF32(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y);
 
 // Dequantizes row r of W into out[cols] (f32).

@@ -30,16 +30,6 @@ namespace {
 
 inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-inline float DotF(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  }
-  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 // Indices of the k largest values (ties: lower index first), in that order.
 std::vector<int> TopKIdx(const float* v, int n, int k) {
   std::vector<int> idx(n);
@@ -204,7 +194,7 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
       for (int64_t t = 0; t < n_causal; ++t) {
         float acc = 0;
         for (int64_t j = 0; j < ih; ++j) {
-          const float d = DotF(q.data() + (r * ih + j) * id, keys.data() + t * id, id) * sscale;
+          const float d = DotF32(q.data() + (r * ih + j) * id, keys.data() + t * id, id) * sscale;
           acc += w[r * ih + j] * std::max(d, 0.0f);
         }
         score[t] = acc;
@@ -300,7 +290,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
           const int64_t t = keys[i];
           std::memcpy(kh.data(), kv.data() + t * kvw + h * (dn + dv), dn * sizeof(float));
           std::memcpy(kh.data() + dn, kpe.data() + t * dr, dr * sizeof(float));
-          sc[i] = R(R(DotF(qh, kh.data(), dq)) * scale);
+          sc[i] = R(R(DotF32(qh, kh.data(), dq)) * scale);
           mx = std::max(mx, sc[i]);
         }
         float sum = 0;
@@ -336,7 +326,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
         for (size_t i = 0; i < keys.size(); ++i) {
           const int64_t t = keys[i];
           // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
-          sc[i] = R(R(DotF(ql.data(), lats.data() + t * rkv, rkv) + DotF(qh + dn, kpe.data() + t * dr, dr)) * scale);
+          sc[i] = R(R(DotF32(ql.data(), lats.data() + t * rkv, rkv) + DotF32(qh + dn, kpe.data() + t * dr, dr)) * scale);
           mx = std::max(mx, sc[i]);
         }
         float sum = 0;
@@ -350,7 +340,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
           for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
         }
         float* o = attn + (s * nh + h) * dv;
-        for (int64_t d = 0; d < dv; ++d) o[d] = R(DotF(wh + (dn + d) * rkv, ctx.data(), rkv));
+        for (int64_t d = 0; d < dv; ++d) o[d] = R(DotF32(wh + (dn + d) * rkv, ctx.data(), rkv));
       }
     }
   }

@@ -2,11 +2,13 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "common/base/status.h"
 #include "common/format/quantize.h"
 #include "common/format/dtype.h"
 #include "common/format/qformat.h"
+#include "common/format/tensor_role.h"
 #include "common/model/bf16.h"
 
 namespace moe {
@@ -28,6 +30,14 @@ absl::StatusOr<const TensorInfo*> Need(const SafetensorsReader& ck, const std::s
   }
   return t;
 }
+
+// The format a checkpoint tensor has once loaded: bf16 and FP8 (dequantized)
+// become bf16, every other float dtype f32 (MakeMatrix below does this).
+QFormat LoadedFormat(const TensorInfo& t, bool force_f32) {
+  if (force_f32) return QFormat::kF32;
+  return (t.dtype == DType::kBF16 || t.dtype == DType::kF8E4M3) ? QFormat::kBF16 : QFormat::kF32;
+}
+QFormat LoadedFormat(const ContainerTensor& t, bool force_f32) { return force_f32 ? QFormat::kF32 : t.format; }
 
 // Builds a matrix from `rows` x `cols` elements of `t` starting at element
 // `offset`. Keeps bf16/f32 as stored unless `force_f32`; FP8 is dequantized
@@ -61,7 +71,7 @@ absl::StatusOr<OwnedMatrix> MakeMatrix(const SafetensorsReader& ck, const ModelC
     // W[r, c] = float(q[r, c]) * S[r / 128, c / 128] in f32 (the reader's dequantization).
     std::vector<float> w(n);
     MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensorF32(t, w.data()), t.name));
-    m.m.format = force_f32 ? QFormat::kF32 : QFormat::kBF16;
+    m.m.format = LoadedFormat(t, force_f32);
     m.data.resize(n * (force_f32 ? 4 : 2));
     if (force_f32) {
       std::memcpy(m.data.data(), w.data(), n * 4);
@@ -140,6 +150,33 @@ absl::StatusOr<std::vector<float>> LoadVector(const Container& ck, const std::st
   return v;
 }
 
+// The memory plan walks the loader itself (LoadResidentImpl below) over this
+// source: every tensor is looked up and shape-checked as for loading, and
+// matrices come back with the format and shape they would be loaded with but
+// no data, so the plan counts exactly what loading would allocate.
+template <class Src>
+struct SizingSource {
+  const Src& src;
+  auto Find(std::string_view name) const { return src.Find(name); }
+};
+
+template <class Src>
+absl::StatusOr<OwnedMatrix> LoadMatrix(const SizingSource<Src>& s, const ModelConfig& c, const std::string& name,
+                                       int64_t rows, int64_t cols, bool force_f32 = false) {
+  MOE_ASSIGN_OR_RETURN(const auto* t, Need(s.src, name, {rows, cols}));
+  OwnedMatrix m;
+  m.m.rows = rows;
+  m.m.cols = cols;
+  m.m.format = LoadedFormat(*t, force_f32);
+  return m;
+}
+
+template <class Src>
+absl::StatusOr<std::vector<float>> LoadVector(const SizingSource<Src>& s, const std::string& name, int64_t n) {
+  MOE_RETURN_IF_ERROR(Need(s.src, name, {n}).status());
+  return std::vector<float>(n);
+}
+
 template <class Src>
 absl::Status LoadLayer(const Src& ck, const ModelConfig& c, int l, bool moe, bool indexer,
                        LayerWeights& w) {
@@ -186,26 +223,6 @@ absl::Status LoadLayer(const Src& ck, const ModelConfig& c, int l, bool moe, boo
   return absl::OkStatus();
 }
 
-int64_t MatBytes(int64_t r, int64_t c) { return r * c * 2; }
-
-int64_t PlanLayerBytes(const ModelConfig& c, bool moe, bool indexer) {
-  const int64_t H = c.hidden_size, nh = c.num_attention_heads;
-  int64_t b = 4 * (2 * H + c.q_lora_rank + c.kv_lora_rank);
-  b += MatBytes(c.q_lora_rank, H) + MatBytes(nh * c.qk_head_dim(), c.q_lora_rank) +
-       MatBytes(c.kv_lora_rank + c.qk_rope_head_dim, H) + MatBytes(nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank) +
-       MatBytes(H, nh * c.v_head_dim);
-  if (indexer) {
-    b += MatBytes(c.index_n_heads * c.index_head_dim, c.q_lora_rank) + MatBytes(c.index_head_dim, H) +
-         4 * c.index_n_heads * H + 8 * c.index_head_dim;
-  }
-  if (!moe) {
-    b += 3 * MatBytes(c.intermediate_size, H);
-  } else {
-    b += 4 * c.n_routed_experts * (H + 1) + 3 * MatBytes(c.moe_intermediate_size * c.n_shared_experts, H);
-  }
-  return b;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SafetensorsReader>> OpenCheckpoint(const std::string& dir) {
@@ -238,17 +255,6 @@ int64_t ModelWeights::Bytes() const {
   if (mtp) b += mtp->layer.Bytes() + mtp->eh_proj.Bytes() + 12 * static_cast<int64_t>(mtp->enorm.size());
   return b;
 }
-
-int64_t PlanResidentBytes(const ModelConfig& c, bool with_mtp) {
-  int64_t b = 2 * MatBytes(c.vocab_size, c.hidden_size) + 4 * c.hidden_size;
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    b += PlanLayerBytes(c, c.layer_is_moe[l], c.has_indexer && c.indexer_full[l]);
-  }
-  if (with_mtp) b += PlanLayerBytes(c, true, c.has_indexer) + MatBytes(c.hidden_size, 2 * c.hidden_size);
-  return b;
-}
-
-int64_t PlanExpertBytes(const ModelConfig& c) { return 3 * MatBytes(c.moe_intermediate_size, c.hidden_size); }
 
 template <class Src>
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentImpl(const Src& ck, const ModelConfig& c,
@@ -290,6 +296,87 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadResidentWeights(const Containe
   return LoadResidentImpl(ck, c, opt);
 }
 
+namespace {
+
+// The matrices RequantizeDense re-stores (not embeddings, lm_head, the router
+// or the indexer's weights_proj, which stay as loaded); the plan uses the same list.
+absl::Status ForEachRequantizable(ModelWeights& w,
+                                  const std::function<absl::Status(OwnedMatrix&, const std::string&)>& fn) {
+  auto layer = [&](LayerWeights& l) -> absl::Status {
+    const std::string what = absl::StrCat("layer ", l.index);
+    for (OwnedMatrix* m : {&l.q_a, &l.q_b, &l.kv_a, &l.kv_b, &l.o, &l.idx_wq_b, &l.idx_wk, &l.gate, &l.up, &l.down,
+                           &l.sh_gate, &l.sh_up, &l.sh_down}) {
+      MOE_RETURN_IF_ERROR(fn(*m, what));
+    }
+    return absl::OkStatus();
+  };
+  for (auto& l : w.layers) MOE_RETURN_IF_ERROR(layer(l));
+  if (w.mtp) {
+    MOE_RETURN_IF_ERROR(layer(w.mtp->layer));
+    MOE_RETURN_IF_ERROR(fn(w.mtp->eh_proj, "eh_proj"));
+  }
+  return absl::OkStatus();
+}
+
+template <class Src>
+absl::StatusOr<int64_t> PlanResidentImpl(const Src& ck, const ModelConfig& c, const LoadOptions& opt,
+                                         std::optional<QFormat> dense_format, bool* has_mtp) {
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> w, LoadResidentImpl(SizingSource<Src>{ck}, c, opt));
+  if (dense_format) {
+    ForEachRequantizable(*w, [&](OwnedMatrix& m, const std::string&) {
+      if (m.m.rows > 0) m.m.format = *dense_format;
+      return absl::OkStatus();
+    }).IgnoreError();
+  }
+  if (has_mtp != nullptr) *has_mtp = w->mtp != nullptr;
+  return w->Bytes();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> PlanResidentBytes(const SafetensorsReader& ck, const ModelConfig& c, const LoadOptions& opt,
+                                          std::optional<QFormat> dense_format, bool* has_mtp) {
+  return PlanResidentImpl(ck, c, opt, dense_format, has_mtp);
+}
+
+absl::StatusOr<int64_t> PlanResidentBytes(const Container& ck, const ModelConfig& c, const LoadOptions& opt,
+                                          std::optional<QFormat> dense_format, bool* has_mtp) {
+  return PlanResidentImpl(ck, c, opt, dense_format, has_mtp);
+}
+
+absl::StatusOr<int64_t> PlanExpertBytes(const SafetensorsReader& ck, const ModelConfig& c, int layer,
+                                        std::optional<QFormat> expert_format) {
+  const int64_t H = c.hidden_size, Im = c.moe_intermediate_size;
+  const std::string p = absl::StrCat("model.layers.", layer, ".mlp.experts.");
+  const TensorInfo* gu = ck.Find(p + "gate_up_proj");
+  const TensorInfo* parts[3] = {gu, gu, ck.Find(p + "down_proj")};
+  if (gu == nullptr) {
+    for (int i = 0; i < 3; ++i) parts[i] = ck.Find(absl::StrCat(p, "0.", AV(kExpertProjNames[i]), ".weight"));
+  }
+  const int64_t shape[3][2] = {{Im, H}, {Im, H}, {H, Im}};
+  int64_t b = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (parts[i] == nullptr) {
+      return absl::NotFoundError(absl::StrCat(ck.path(), ": layer ", layer, " has no routed expert ", AV(kExpertProjNames[i])));
+    }
+    const QFormat f = expert_format.value_or(LoadedFormat(*parts[i], false));
+    b += StoredMatrixBytes(f, shape[i][0], shape[i][1]);
+  }
+  return b;
+}
+
+absl::StatusOr<int64_t> PlanExpertBytes(const Container& ck, const ModelConfig& c, int layer,
+                                        std::optional<QFormat> expert_format) {
+  const ExpertRecordInfo* r = ck.FindExpert(layer, 0);
+  if (r == nullptr) return absl::NotFoundError(absl::StrCat("container: no record for layer ", layer, " expert 0"));
+  int64_t b = 0;
+  for (const auto& part : r->parts) {
+    const ContainerTensor& t = *part.tensor;
+    b += StoredMatrixBytes(expert_format.value_or(t.format), t.rows, t.cols);
+  }
+  return b;
+}
+
 absl::Status Requantize(OwnedMatrix& m, QFormat f, std::string_view what) {
   if (m.m.format == f || m.m.rows == 0) return absl::OkStatus();
   const int64_t R = m.m.rows, C = m.m.cols;
@@ -309,19 +396,7 @@ absl::Status Requantize(OwnedMatrix& m, QFormat f, std::string_view what) {
 }
 
 absl::Status RequantizeDense(ModelWeights& w, QFormat f) {
-  auto layer = [&](LayerWeights& l) -> absl::Status {
-    for (OwnedMatrix* m : {&l.q_a, &l.q_b, &l.kv_a, &l.kv_b, &l.o, &l.idx_wq_b, &l.idx_wk, &l.gate, &l.up, &l.down,
-                           &l.sh_gate, &l.sh_up, &l.sh_down}) {
-      MOE_RETURN_IF_ERROR(Requantize(*m, f, absl::StrCat("layer ", l.index)));
-    }
-    return absl::OkStatus();
-  };
-  for (auto& l : w.layers) MOE_RETURN_IF_ERROR(layer(l));
-  if (w.mtp) {
-    MOE_RETURN_IF_ERROR(layer(w.mtp->layer));
-    MOE_RETURN_IF_ERROR(Requantize(w.mtp->eh_proj, f, "eh_proj"));
-  }
-  return absl::OkStatus();
+  return ForEachRequantizable(w, [f](OwnedMatrix& m, const std::string& what) { return Requantize(m, f, what); });
 }
 
 absl::StatusOr<OwnedExpert> LoadExpertFromCheckpoint(const SafetensorsReader& ck, const ModelConfig& c, int layer, int e) {

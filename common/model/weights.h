@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,8 @@ struct OwnedMatrix {
   WeightMatrix m;
   std::vector<uint8_t> data;
   std::vector<float> scales;
-  int64_t Bytes() const { return static_cast<int64_t>(data.size() + scales.size() * sizeof(float)); }
+  // From format and shape, so a planned (data-less) matrix counts the same.
+  int64_t Bytes() const { return m.rows == 0 ? 0 : StoredMatrixBytes(m.format, m.rows, m.cols); }
 };
 
 struct LayerWeights {
@@ -63,15 +65,25 @@ struct ModelWeights {
   int64_t Bytes() const;
 };
 
-// Bytes the resident set will take, computed from the config alone (for the
-// memory plan printed before loading). `with_mtp` adds layer L.
-int64_t PlanResidentBytes(const ModelConfig& c, bool with_mtp);
-// Bytes of one routed expert at bf16.
-int64_t PlanExpertBytes(const ModelConfig& c);
-
 struct LoadOptions {
   bool load_mtp = true;  // load layer L if present
 };
+
+// Memory plan, computed by walking the loader without reading data: the bytes
+// the resident set will take as loaded from this source (stored formats: int8
+// embeddings of a container count 1 byte per weight, bf16 of a checkpoint 2),
+// after RequantizeDense to `dense_format` if set. Missing or misshapen tensors
+// are the loader's errors. `*has_mtp` (optional) tells whether layer L loads.
+absl::StatusOr<int64_t> PlanResidentBytes(const SafetensorsReader& ck, const ModelConfig& c, const LoadOptions& opt,
+                                          std::optional<QFormat> dense_format, bool* has_mtp = nullptr);
+absl::StatusOr<int64_t> PlanResidentBytes(const Container& ck, const ModelConfig& c, const LoadOptions& opt,
+                                          std::optional<QFormat> dense_format, bool* has_mtp = nullptr);
+// Bytes of one routed expert of `layer` as the expert store holds it (stored
+// formats, or `expert_format` when experts are re-stored at load).
+absl::StatusOr<int64_t> PlanExpertBytes(const SafetensorsReader& ck, const ModelConfig& c, int layer,
+                                        std::optional<QFormat> expert_format);
+absl::StatusOr<int64_t> PlanExpertBytes(const Container& ck, const ModelConfig& c, int layer,
+                                        std::optional<QFormat> expert_format);
 
 // Opens a Hugging Face checkpoint directory through common/format's reader:
 // model.safetensors.index.json + shards, else model.safetensors, else every

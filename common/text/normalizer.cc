@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/text/hf_pattern.h"
 #include "common/text/regex.h"
 #include "common/text/utf8.h"
 
@@ -151,15 +152,7 @@ absl::StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const json& j) {
     if (!j.contains("pattern") || !j["pattern"].is_object() || !j.contains("content") || !j["content"].is_string()) {
       return absl::InvalidArgumentError("normalizer Replace: needs 'pattern' object and 'content' string");
     }
-    const auto& pat = j["pattern"];
-    std::unique_ptr<Regex> re;
-    if (pat.contains("String") && pat["String"].is_string()) {
-      MOE_ASSIGN_OR_RETURN(re, Regex::Literal(pat["String"].get<std::string>()));
-    } else if (pat.contains("Regex") && pat["Regex"].is_string()) {
-      MOE_ASSIGN_OR_RETURN(re, Regex::Compile(pat["Regex"].get<std::string>()));
-    } else {
-      return absl::InvalidArgumentError("normalizer Replace: pattern needs 'String' or 'Regex'");
-    }
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Regex> re, RegexFromHfPattern(j["pattern"], "normalizer Replace"));
     return std::unique_ptr<Normalizer>(new ReplaceNormalizer(std::move(re), j["content"].get<std::string>()));
   }
   if (type == "Strip") {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/base/status.h"
+#include "common/text/hf_pattern.h"
 #include "common/text/regex.h"
 
 namespace moe::text {
@@ -194,15 +195,7 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json& j) {
     if (!j.contains("pattern") || !j["pattern"].is_object()) {
       return absl::InvalidArgumentError("pre_tokenizer Split: missing 'pattern' object");
     }
-    const auto& pat = j["pattern"];
-    std::unique_ptr<Regex> re;
-    if (pat.contains("String") && pat["String"].is_string()) {
-      MOE_ASSIGN_OR_RETURN(re, Regex::Literal(pat["String"].get<std::string>()));
-    } else if (pat.contains("Regex") && pat["Regex"].is_string()) {
-      MOE_ASSIGN_OR_RETURN(re, Regex::Compile(pat["Regex"].get<std::string>()));
-    } else {
-      return absl::InvalidArgumentError("pre_tokenizer Split: pattern needs 'String' or 'Regex'");
-    }
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Regex> re, RegexFromHfPattern(j["pattern"], "pre_tokenizer Split"));
     MOE_ASSIGN_OR_RETURN(Behavior b, ParseBehavior(j.value("behavior", json())));
     return std::unique_ptr<PreTokenizer>(new RegexSplit(std::move(re), b, j.value("invert", false)));
   }

@@ -33,6 +33,13 @@ std::unique_ptr<Engine> OpenOrDie(const std::string& dir, EngineConfig ec = {}) 
 
 const std::vector<int32_t> kIds = {5, 17, 3, 88, 42, 42, 7, 61, 19, 2, 33, 71, 9, 14, 50, 23, 8, 90, 1, 64};
 
+// Bytes of routed expert (layer, e) as the engine's store holds it.
+int64_t LoadExpertFromSource(Engine& e, int layer, int expert) {
+  auto lease = e.experts().Get(layer, expert);
+  EXPECT_TRUE(lease.ok()) << lease.status();
+  return lease.ok() ? lease->weights().Bytes() : -1;
+}
+
 class EngineTest : public ::testing::TestWithParam<bool> {  // param: glm (else deepseek_v3)
  protected:
   void SetUp() override {
@@ -245,6 +252,11 @@ TEST_P(EngineTest, MissingOrMisshapenTensorIsNamed) {
     ASSERT_FALSE(e.ok()) << t;
     EXPECT_EQ(e.status().code(), absl::StatusCode::kNotFound);
     EXPECT_NE(std::string(e.status().message()).find("'" + t + "' is missing"), std::string::npos) << e.status();
+    if (t != expert) {  // the plan walks the resident loader: same error, before loading
+      auto plan = Engine::Plan(d, EngineConfig{});
+      ASSERT_FALSE(plan.ok()) << t;
+      EXPECT_NE(std::string(plan.status().message()).find("'" + t + "' is missing"), std::string::npos);
+    }
     s.omit_tensor.clear();
     s.reshape_tensor = t;
     WriteTinyCheckpoint(d, s);
@@ -300,6 +312,47 @@ TEST_P(EngineTest, ContainerMatchesCheckpoint) {
   ASSERT_TRUE(t3.ok()) << t3.status();
   EXPECT_FALSE(t3->tokens.empty());
   for (int32_t t : t3->tokens) EXPECT_LT(t, hf->config().vocab_size);
+}
+
+// The memory plan counts what loading allocates, in the stored formats: for
+// the HF checkpoint (bf16), an int4/int8 container, and re-stored formats.
+TEST_P(EngineTest, MemoryPlanMatchesLoadedBytes) {
+  auto check = [&](const std::string& dir, EngineConfig ec) -> MemoryPlan {
+    auto plan = Engine::Plan(dir, ec);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    auto e = OpenOrDie(dir, ec);
+    if (!plan.ok() || !e) return {};
+    EXPECT_EQ(plan->resident_bytes, e->model().weights().Bytes()) << dir;
+    const ModelConfig& c = e->config();
+    int64_t total = 0, largest = 0;
+    for (int l = 0; l <= c.num_hidden_layers; ++l) {
+      if (l == c.num_hidden_layers ? e->model().weights().mtp == nullptr : !c.layer_is_moe[l]) continue;
+      auto x = LoadExpertFromSource(*e, l, 1);
+      total += x * c.n_routed_experts;
+      largest = std::max(largest, x);
+    }
+    EXPECT_EQ(plan->expert_total_bytes, total) << dir;
+    EXPECT_EQ(plan->expert_bytes_each, largest) << dir;
+    EXPECT_EQ(plan->experts_per_token_bytes, largest * c.num_experts_per_tok);
+    return *plan;
+  };
+  const MemoryPlan hf = check(dir_, {});
+  EngineConfig q4;
+  q4.expert_format = QFormat::kQ4G32;
+  q4.dense_format = QFormat::kQ8Row;
+  const MemoryPlan hf_q = check(dir_, q4);
+  EXPECT_LT(hf_q.expert_total_bytes * 2, hf.expert_total_bytes);  // int4 (+ f32 scales) vs bf16
+  EXPECT_LT(hf_q.resident_bytes, hf.resident_bytes);
+
+  ConvertOptions o;  // default policy: q4_g64 experts, q8 dense and embeddings
+  o.in_dir = dir_;
+  o.out_dir = dir_ + "_container_plan";
+  std::filesystem::remove_all(o.out_dir);
+  auto conv = ConvertCheckpoint(o);
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  const MemoryPlan ct = check(o.out_dir, {});
+  EXPECT_LT(ct.expert_total_bytes, hf.expert_total_bytes);
+  EXPECT_LT(ct.resident_bytes, hf.resident_bytes);
 }
 
 // The MTP layer produces drafts: deterministic, in the vocabulary, and its

@@ -47,11 +47,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   std::vector<int32_t> prompt = std::move(in.ids);
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
   EngineConfig ec;
-  if (attention == "absorbed") {
-    ec.attention = AttentionPath::kAbsorbed;
-  } else if (attention != "explicit") {
-    return absl::InvalidArgumentError("--attention must be explicit or absorbed");
-  }
+  MOE_ASSIGN_OR_RETURN(ec.attention, ParseAttentionFlag(attention));
   if (kv_dtype == "bf16") {
     ec.kv_dtype = KvDtype::kBF16;
   } else if (kv_dtype != "f32") {

@@ -34,11 +34,7 @@ absl::Status DoScore(int argc, char** argv) {
   MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "ids", model, /*allow_empty=*/false));
   const std::vector<int32_t>& ids = in.ids;
   EngineConfig ec;
-  if (attention == "absorbed") {
-    ec.attention = AttentionPath::kAbsorbed;
-  } else if (attention != "explicit") {
-    return absl::InvalidArgumentError("--attention must be explicit or absorbed");
-  }
+  MOE_ASSIGN_OR_RETURN(ec.attention, ParseAttentionFlag(attention));
   MOE_ASSIGN_OR_RETURN(ec, PlanAndCheck(model, ram_budget, static_cast<int64_t>(ids.size()), ec));
   MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
   MOE_ASSIGN_OR_RETURN(auto rows, eng->Score(ids));

@@ -73,6 +73,12 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
   return out;
 }
 
+absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value) {
+  if (value == "explicit") return AttentionPath::kExplicit;
+  if (value == "absorbed") return AttentionPath::kAbsorbed;
+  return absl::InvalidArgumentError(absl::StrCat("--attention must be explicit or absorbed, got '", value, "'"));
+}
+
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text) {
   std::vector<int32_t> ids;
   std::stringstream ss(text);
@@ -108,8 +114,8 @@ absl::StatusOr<EngineConfig> PlanAndCheck(const std::string& model_dir, uint64_t
                static_cast<long long>(kv));
   const int64_t avail = MemAvailableBytes();
   // The expert cache only grows on demand; what must be available up front is
-  // the resident set, the KV and one MoE layer of experts.
-  const int64_t need = fixed + plan.expert_bytes_each * 2;
+  // the resident set, the KV and one MoE layer's working set of experts.
+  const int64_t need = fixed + plan.experts_per_token_bytes;
   if (avail > 0 && need > avail) {
     return absl::ResourceExhaustedError(absl::StrCat("memory plan needs at least ", need, " B but only ", avail,
                                                      " B are available (MemAvailable); refusing to load"));

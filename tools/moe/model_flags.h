@@ -37,6 +37,9 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
                                      bool allow_empty);
 
 // "1,2,3" -> {1,2,3}; errors name the flag and the bad item.
+// --attention: "explicit" (HF-exact prefill path) or "absorbed".
+absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value);
+
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text);
 
 // Builds the engine config from a RAM budget (0 = unlimited): the expert
