@@ -25,6 +25,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$RUN"
+# Several workers share the host's cores: OpenMP threads that spin at barriers
+# take CPU from the other processes (docs/BENCHMARKS.md ## serving: passive
+# waiting gave +17% tokens/s to a 2-worker stack on 2 vCPUs). Override by
+# exporting OMP_WAIT_POLICY.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 if ls "$RUN"/*.pid >/dev/null 2>&1; then
   echo "start.sh: $RUN already holds pid files; run deploy/stop.sh --run-dir $RUN first" >&2
   exit 1
