@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import urllib.request
 
@@ -91,10 +92,14 @@ class EngineStack(unittest.TestCase):
             st = json.loads(heat.stdout)
             self.assertEqual(st["sessions"], 2, st)
             self.assertGreater(st["requests"] + st["shm_hits"], 0, st)
+            time.sleep(0.5)  # a health probe (every 100 ms) after the last request refreshes worker stats
             m = stack.metrics()
             served = [v for k, v in m.items() if k.startswith("moe_worker_tokens_total")]
             self.assertEqual(len(served), 2, m)
             self.assertTrue(all(v > 0 for v in served), m)  # both workers answered
+            fetches = [v for k, v in m.items() if k.startswith("moe_worker_expert_fetches")]
+            self.assertEqual(len(fetches), 2, m)
+            self.assertTrue(all(v > 0 for v in fetches), m)
         finally:
             codes = stack.stop()
         self.assertTrue(all(c == 0 for c in codes.values()), codes)
