@@ -1,5 +1,12 @@
 #include "common/format/container.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -284,6 +291,75 @@ absl::StatusOr<std::vector<float>> Container::ReadTensorF32(const ContainerTenso
   MOE_RETURN_IF_ERROR(ReadTensor(t, &data, &scales));
   std::vector<float> out(static_cast<size_t>(t.rows * t.cols));
   DequantizeMatrix(t.format, data.data(), scales.data(), t.rows, t.cols, out.data());
+  return out;
+}
+
+namespace {
+
+// One read-only shared mapping of a whole file; unmapped when the last holder goes.
+struct FileMapping {
+  void* addr = MAP_FAILED;
+  size_t len = 0;
+  ~FileMapping() {
+    if (addr != MAP_FAILED) munmap(addr, len);
+  }
+};
+
+absl::StatusOr<std::shared_ptr<FileMapping>> MapWholeFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": open: ", std::strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat(path, ": fstat: ", std::strerror(e)));
+  }
+  auto m = std::make_shared<FileMapping>();
+  m->len = static_cast<size_t>(st.st_size);
+  if (m->len > 0) m->addr = mmap(nullptr, m->len, PROT_READ, MAP_SHARED, fd, 0);
+  const int e = errno;
+  close(fd);
+  if (m->len > 0 && m->addr == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": mmap: ", std::strerror(e)));
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<Container::MappedTensor> Container::MapTensor(const ContainerTensor& t) const {
+  std::shared_ptr<const void> keep;
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    if (maps_.size() < static_cast<size_t>(reader_->num_files())) maps_.resize(reader_->num_files());
+    if (t.file < 0 || t.file >= reader_->num_files()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': file index ", t.file, " out of range"));
+    }
+    if (!maps_[t.file]) {
+      MOE_ASSIGN_OR_RETURN(std::shared_ptr<FileMapping> m, MapWholeFile(file_path(t.file)));
+      maps_[t.file] = std::move(m);
+    }
+    keep = maps_[t.file];
+  }
+  const auto* fm = static_cast<const FileMapping*>(keep.get());
+  if (t.data_offset + t.data_bytes > fm->len || t.scales_offset + t.scales_bytes > fm->len) {
+    return Loss(file_path(t.file), absl::StrCat("tensor '", t.name, "' extends beyond the file"));
+  }
+  const uint8_t* base = static_cast<const uint8_t*>(fm->addr);
+  MappedTensor out;
+  out.data = base + t.data_offset;
+  uint32_t crc = crc32c::Value(out.data, t.data_bytes);
+  if (t.scales_bytes > 0) {
+    if (t.scales_offset % alignof(float) != 0) {
+      return Loss(file_path(t.file), absl::StrCat("tensor '", t.name, "': scales are not 4-byte aligned"));
+    }
+    out.scales = reinterpret_cast<const float*>(base + t.scales_offset);
+    crc = crc32c::Extend(crc, out.scales, t.scales_bytes);
+  }
+  if (crc32c::Mask(crc) != t.crc) {
+    return Loss(file_path(t.file), absl::StrCat("tensor '", t.name, "': CRC32C mismatch"));
+  }
+  out.keep = std::move(keep);
   return out;
 }
 

@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -106,6 +107,20 @@ class Container {
   // Dequantized to float32 (rows * cols values).
   absl::StatusOr<std::vector<float>> ReadTensorF32(const ContainerTensor& t) const;
 
+  // A tensor's stored bytes mapped read-only from its shard (MAP_SHARED: every
+  // process that maps the same container shares one copy in the page cache, so
+  // N workers hold the ~20 GB resident set of GLM-5 once). CRC-checked here,
+  // which also faults the pages in. Blobs are 64-byte aligned in the file.
+  // `keep` holds the mapping; it may outlive the Container. The shard must not
+  // be truncated while mapped (SIGBUS), which `moe convert` never does to a
+  // finished container.
+  struct MappedTensor {
+    const uint8_t* data = nullptr;
+    const float* scales = nullptr;  // null when the format has none
+    std::shared_ptr<const void> keep;
+  };
+  absl::StatusOr<MappedTensor> MapTensor(const ContainerTensor& t) const;
+
  private:
   Container() = default;
   ContainerInfo info_;
@@ -114,6 +129,9 @@ class Container {
   std::vector<ExpertRecordInfo> records_;
   absl::flat_hash_map<std::string, int> by_name_;
   absl::flat_hash_map<int64_t, int> by_expert_;
+  // Whole-shard mappings, made on first MapTensor (thread-safe).
+  mutable std::mutex map_mu_;
+  mutable std::vector<std::shared_ptr<const void>> maps_;
 };
 
 // Parses and validates the moestream metadata of file `file` of `reader`

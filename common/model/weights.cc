@@ -134,12 +134,16 @@ absl::StatusOr<OwnedMatrix> LoadMatrix(const Container& ck, const ModelConfig& c
     m.m.format = QFormat::kF32;
     m.data.resize(w.size() * 4);
     std::memcpy(m.data.data(), w.data(), m.data.size());
-  } else {
-    m.m.format = t->format;
-    MOE_RETURN_IF_ERROR(Annotate(ck.ReadTensor(*t, &m.data, &m.scales), name));
+    m.m.data = m.data.data();
+    return m;
   }
-  m.m.data = m.data.data();
-  m.m.scales = m.scales.empty() ? nullptr : m.scales.data();
+  // Used as stored: point into the shared mapping of the shard (no copy; every
+  // worker process shares the same page-cache pages).
+  m.m.format = t->format;
+  MOE_ASSIGN_OR_RETURN(Container::MappedTensor mt, ck.MapTensor(*t));  // errors name the tensor
+  m.m.data = mt.data;
+  m.m.scales = mt.scales;
+  m.mapping = std::move(mt.keep);
   return m;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -80,6 +81,12 @@ void CheckValuesAgainstSource(const Container& c, const std::string& in_dir) {
     std::vector<uint8_t> data;
     std::vector<float> scales;
     ASSERT_TRUE(c.ReadTensor(t, &data, &scales).ok());
+    // The shared mapping sees the same bytes, aligned for the kernels.
+    auto mapped = c.MapTensor(t);
+    ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(mapped->data) % 64, 0u);
+    EXPECT_EQ(std::memcmp(mapped->data, data.data(), data.size()), 0);
+    if (!scales.empty()) EXPECT_EQ(std::memcmp(mapped->scales, scales.data(), scales.size() * 4), 0);
     const int64_t g = GroupSize(t.format, t.cols), ng = GroupsPerRow(t.format, t.cols);
     for (int64_t i = 0; i < static_cast<int64_t>(got->size()); ++i) {
       const float w = (*want)[i], v = (*got)[i];
@@ -360,6 +367,46 @@ TEST_F(FormatConvertTest, ClearErrors) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("q_b_proj.weight"), std::string::npos)
       << r.status().message();
+}
+
+// A flipped byte in a mapped tensor is a CRC error naming the tensor; the
+// other tensors still map.
+TEST_F(FormatConvertTest, MapTensorDetectsCorruption) {
+  const std::string out = (tmp_ / "map_corrupt").string();
+  ASSERT_TRUE(Convert(Fixture("glm_bf16"), out).ok());
+  const ContainerTensor* victim = nullptr;
+  {
+    auto c = Container::Open(out);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    for (const auto& t : (*c)->tensors()) {
+      if (t.expert < 0 && t.data_bytes >= 64) {
+        victim = (*c)->Find(t.name);
+        break;
+      }
+    }
+    ASSERT_NE(victim, nullptr);
+    const std::string path = (*c)->file_path(victim->file);
+    const uint64_t off = victim->data_offset + 7;
+    const std::string name = victim->name;
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(off);
+    char b = 0;
+    f.read(&b, 1);
+    b ^= 0x10;
+    f.seekp(off);
+    f.write(&b, 1);
+    f.close();
+    auto c2 = Container::Open(out);
+    ASSERT_TRUE(c2.ok());
+    auto m = (*c2)->MapTensor(*(*c2)->Find(name));
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(std::string(m.status().message()).find("'" + name + "': CRC32C mismatch"), std::string::npos)
+        << m.status().message();
+    int mapped = 0;
+    for (const auto& t : (*c2)->tensors()) mapped += (t.name != name && (*c2)->MapTensor(t).ok());
+    EXPECT_EQ(mapped, static_cast<int>((*c2)->tensors().size()) - 1);
+  }
 }
 
 TEST_F(FormatConvertTest, PythonSafetensorsOpensEveryShard) {

@@ -307,6 +307,10 @@ TEST_P(EngineTest, ContainerMatchesCheckpoint) {
   auto cq = OpenOrDie(q.out_dir);
   ASSERT_TRUE(cq);
   EXPECT_EQ(cq->model().weights().layers[0].q_a.m.format, QFormat::kQ8G128);
+  // Used as stored: resident matrices point into the shared mapping of the shard.
+  EXPECT_NE(cq->model().weights().layers[0].q_a.mapping, nullptr);
+  EXPECT_TRUE(cq->model().weights().layers[0].q_a.data.empty());
+  EXPECT_NE(cq->model().weights().embed.mapping, nullptr);
   KvCache g3 = cq->NewCache();
   auto t3 = cq->Generate(kIds, 12, SamplingParams{}, g3);
   ASSERT_TRUE(t3.ok()) << t3.status();
