@@ -39,11 +39,26 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
   double apt = cfg_.accesses_per_token > 0 ? cfg_.accesses_per_token : 600;
   slow_hl_ = apt * (cfg_.slow_tokens > 0 ? cfg_.slow_tokens : 128);
   fast_hl_ = apt * (cfg_.fast_tokens > 0 ? cfg_.fast_tokens : 2);
+  window_ = cfg_.window_tokens > 0 ? apt * cfg_.window_tokens : 0;
+  alpha_ = cfg_.alpha;
 }
 
 void HeatPolicy::Touch(uint32_t key, double count) {
   ++now_;
   double dt = double(now_ - last_[key]);
+  if (window_ > 0 && cfg_.adaptive_alpha && last_[key] != 0) {
+    // The window opened by this key's previous access closes now (or closed
+    // unused): was it reused, and how likely was that from the count alone?
+    constexpr double kKeep = 1.0 - 1.0 / 65536;  // statistics over ~64K windows
+    const double rate = slow_[key] * std::exp2(-dt / slow_hl_) * std::log(2.0) / slow_hl_;  // per access
+    reuse_ = reuse_ * kKeep + (dt <= window_ ? 1.0 : 0.0);
+    base_ = base_ * kKeep + (1.0 - std::exp(-rate * window_));
+    windows_ = windows_ * kKeep + 1.0;
+    if (windows_ > 256) {
+      const double excess = std::max(0.0, (reuse_ - base_) / windows_);
+      alpha_ = excess / window_ * slow_hl_ / std::log(2.0);
+    }
+  }
   slow_[key] = slow_[key] * std::exp2(-dt / slow_hl_) + count;
   fast_[key] = fast_[key] * std::exp2(-dt / fast_hl_) + count;
   last_[key] = now_;
@@ -51,7 +66,15 @@ void HeatPolicy::Touch(uint32_t key, double count) {
 
 double HeatPolicy::Score(uint32_t key) const {
   double dt = double(now_ - last_[key]);
+  if (window_ > 0) return slow_[key] * std::exp2(-dt / slow_hl_) + (last_[key] != 0 && dt <= window_ ? alpha_ : 0.0);
   return slow_[key] * std::exp2(-dt / slow_hl_) + cfg_.alpha * fast_[key] * std::exp2(-dt / fast_hl_);
+}
+
+double HeatPolicy::ScoreIfTouched(uint32_t key) const {
+  const double dt = double(now_ - last_[key]);
+  const double slow = slow_[key] * std::exp2(-dt / slow_hl_) + 1.0;
+  if (window_ > 0) return slow + alpha_;
+  return slow + cfg_.alpha * (fast_[key] * std::exp2(-dt / fast_hl_) + 1.0);
 }
 
 absl::Status HeatPolicy::Save(const std::string& path, const std::string& model_id) const {

@@ -418,7 +418,7 @@ void ExpertStore::OnReadDone(uint32_t slab, const RecordLocation& loc, std::shar
   cv_.notify_all();
 }
 
-int ExpertStore::Hint(int layer, const std::vector<int>& ids) {
+int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
   std::vector<StartRead> reads;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -427,9 +427,9 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids) {
       auto loc = locator_->Locate(layer, id);
       if (!loc.ok()) continue;
       if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) continue;  // resident or filling
-      if (prefetch_inflight_ >= max_inflight) break;
+      if (lookahead && prefetch_inflight_ >= max_inflight) break;
       uint32_t pk = policy_.index(layer, id);
-      int64_t s = AllocateLocked(ClassOf(loc->length), pk, true);
+      int64_t s = AllocateLocked(ClassOf(loc->length), pk, /*speculative=*/lookahead);
       if (s < 0) {
         stats_.prefetch_refused++;
         continue;

@@ -110,9 +110,17 @@ class ExpertStore {
   // error for that id (InvalidArgument for a bad id, DataLoss for a bad
   // record, ResourceExhausted when no slab frees up in time).
   std::vector<absl::StatusOr<uint32_t>> Fetch(uint32_t session, int layer, const std::vector<int>& ids);
-  // Starts reads for likely misses (never blocks on I/O; drops hints the
-  // admission refuses). Returns how many reads it started.
-  int Hint(int layer, const std::vector<int>& ids);
+  // Starts reads for likely misses (never blocks on I/O). Returns how many
+  // reads it started. Two kinds:
+  //  * look-ahead (default): a prediction (the next layer's router applied
+  //    to this layer's state, ~72% right): speculative, lower priority. It
+  //    only evicts a key colder than what it brings (admission; refused hints
+  //    count in prefetch_refused) and at most max_prefetch_inflight of them
+  //    are in flight.
+  //  * current (`lookahead` false): the routing the worker computed and is
+  //    about to fetch: certain, so it is filled like a demand miss (evicts
+  //    the coldest unleased slab, not capped), only without a lease.
+  int Hint(int layer, const std::vector<int>& ids, bool lookahead = true);
 
   absl::Status Pin(int layer, int expert, bool pinned);
   // Changes the number of active slabs (<= the arena); returns the new

@@ -102,35 +102,34 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
     load_expert = [ck, cc](int layer, int expert) { return LoadExpertFromCheckpoint(*ck, cc, layer, expert); };
   }
   if (cfg.dense_format) MOE_RETURN_IF_ERROR(RequantizeDense(*weights, *cfg.dense_format));
-  e->store_ = std::make_unique<InProcessExpertStore>(
-      [load_expert, fmt = cfg.expert_format](int layer, int expert) -> absl::StatusOr<OwnedExpert> {
-        MOE_ASSIGN_OR_RETURN(OwnedExpert x, load_expert(layer, expert));
-        if (fmt) {
-          for (OwnedMatrix* m : {&x.gate, &x.up, &x.down}) MOE_RETURN_IF_ERROR(Requantize(*m, *fmt, "expert"));
-        }
-        return x;
-      },
-      cfg.expert_budget_bytes);
-  ExpertSource* source = e->store_.get();
   if (cfg.expert_source) {
     if (!e->container_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          model_dir, " is a checkpoint directory; an external expert source (expertd) serves converted "
-                     "containers only (moe convert)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "an external expert source (expertd) needs a converted container (moe convert); ", model_dir,
+          " is an HF checkpoint"));
     }
     if (cfg.expert_format) {
-      return absl::InvalidArgumentError("re-storing experts at load (expert_format) needs the in-process store, "
-                                        "not an external expert source");
+      return absl::InvalidArgumentError("re-storing experts at load is not possible with an external expert source");
     }
     MOE_ASSIGN_OR_RETURN(e->external_, cfg.expert_source(*e->container_));
-    if (!e->external_) return absl::InternalError("expert source factory returned null");
-    source = e->external_.get();
+    e->source_ = e->external_.get();
+  } else {
+    e->store_ = std::make_unique<InProcessExpertStore>(
+        [load_expert, fmt = cfg.expert_format](int layer, int expert) -> absl::StatusOr<OwnedExpert> {
+          MOE_ASSIGN_OR_RETURN(OwnedExpert x, load_expert(layer, expert));
+          if (fmt) {
+            for (OwnedMatrix* m : {&x.gate, &x.up, &x.down}) MOE_RETURN_IF_ERROR(Requantize(*m, *fmt, "expert"));
+          }
+          return x;
+        },
+        cfg.expert_budget_bytes);
+    e->source_ = e->store_.get();
   }
   EngineOptions opt;
   opt.numerics = cfg.numerics.value_or(c.dtype == "float32" ? Numerics::kF32 : Numerics::kHfBf16);
   opt.attention = cfg.attention;
   opt.kernel_path = cfg.kernel_path;
-  e->model_ = std::make_unique<Model>(std::move(c), std::move(weights), source, opt);
+  e->model_ = std::make_unique<Model>(std::move(c), std::move(weights), e->source_, opt);
   return e;
 }
 

@@ -36,11 +36,13 @@ struct EngineConfig {
   std::optional<QFormat> dense_format;
   // Path of the integer-format kernels (kAuto: int8-activation IDOT).
   kernels::Path kernel_path = kernels::Path::kAuto;
-  // Routed experts from another source (inferd --expertd: expertd's
-  // RemoteExpertSource) instead of the in-process store. Called once at Open
-  // with the opened container: converted containers only (a checkpoint dir
-  // is refused with a clear error). Empty: the in-process store.
-  std::function<absl::StatusOr<std::unique_ptr<ExpertSource>>(const Container&)> expert_source;
+  // Where routed experts come from. Unset: the in-process LRU store over the
+  // model's own files (expert_budget_bytes). Set: called once with the opened
+  // container (a converted model is required) and the engine fetches every
+  // expert through the returned source, e.g. expertd's RemoteExpertSource
+  // (`moe run --expertd`). The engine owns the source.
+  using ExpertSourceFactory = std::function<absl::StatusOr<std::unique_ptr<ExpertSource>>(const Container&)>;
+  ExpertSourceFactory expert_source;
 };
 
 struct MemoryPlan {
@@ -81,10 +83,11 @@ class Engine {
   const Model& model() const { return *model_; }
   Model& mutable_model() { return *model_; }
   const ModelConfig& config() const { return model_->config(); }
+  // The in-process store; only valid when EngineConfig::expert_source was unset
+  // (see has_in_process_store()). expert_source() works in both modes.
   InProcessExpertStore& experts() { return *store_; }
-  // The source the model fetches routed experts from (the external one of
-  // EngineConfig::expert_source when set, else experts()).
-  ExpertSource& expert_source() { return external_ ? *external_ : static_cast<ExpertSource&>(*store_); }
+  bool has_in_process_store() const { return store_ != nullptr; }
+  ExpertSource& expert_source() { return *source_; }
   KvCache NewCache() const { return KvCache::ForModel(config(), cfg_.kv_dtype); }
 
   // Feeds the prompt (continuing `cache`) and generates up to max_tokens,
@@ -100,7 +103,8 @@ class Engine {
   std::unique_ptr<SafetensorsReader> ck_;
   std::unique_ptr<Container> container_;  // set when model_dir is a converted container
   std::unique_ptr<InProcessExpertStore> store_;
-  std::unique_ptr<ExpertSource> external_;  // EngineConfig::expert_source (destroyed before container_)
+  std::unique_ptr<ExpertSource> external_;  // EngineConfig::expert_source's result
+  ExpertSource* source_ = nullptr;          // store_ or external_
   std::unique_ptr<Model> model_;
 };
 

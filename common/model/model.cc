@@ -346,35 +346,60 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
   }
 }
 
-absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, float* out) const {
+std::vector<int> Model::Route(const LayerWeights& lw, const float* logits, float* sc) const {
+  const ModelConfig& c = config_;
+  const int E = c.n_routed_experts, K = c.num_experts_per_tok, G = c.n_group, per = E / G;
+  std::vector<float> choice(E);
+  for (int e = 0; e < E; ++e) {
+    sc[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    choice[e] = sc[e] + lw.router_bias[e];
+  }
+  if (G > 1) {
+    std::vector<float> gs(G);
+    for (int g = 0; g < G; ++g) {
+      auto t2 = TopKIdx(choice.data() + g * per, per, 2);
+      gs[g] = choice[g * per + t2[0]] + choice[g * per + t2[1]];
+    }
+    auto keep = TopKIdx(gs.data(), G, c.topk_group);
+    std::vector<bool> kept(G, false);
+    for (int g : keep) kept[g] = true;
+    for (int e = 0; e < E; ++e) {
+      if (!kept[e / per]) choice[e] = -INFINITY;
+    }
+  }
+  return TopKIdx(choice.data(), E, K);
+}
+
+void Model::LookAhead(int layer_id, const float* a, int64_t S) const {
+  // Router look-ahead: the next MoE layer's router on this layer's MLP input.
+  const int next = layer_id + 1;
+  if (S > kLookAheadMaxRows || next >= config_.num_hidden_layers || !weights_->layers[next].moe) return;
+  const LayerWeights& nw = weights_->layers[next];
+  const int E = config_.n_routed_experts;
+  std::vector<float> logits(S * E), sc(E);
+  Mm(nw.router.m, a, S, logits.data());
+  std::vector<uint8_t> want(E, 0);
+  for (int64_t s = 0; s < S; ++s)
+    for (int e : Route(nw, logits.data() + s * E, sc.data())) want[e] = 1;
+  std::vector<ExpertKey> keys;
+  for (int e = 0; e < E; ++e)
+    if (want[e]) keys.push_back({next, e});
+  experts_->HintAhead(keys);
+}
+
+absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S,
+                        std::span<const int64_t> pos, float* out) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
-  const int E = c.n_routed_experts, K = c.num_experts_per_tok, G = c.n_group, per = E / G;
+  const int E = c.n_routed_experts, K = c.num_experts_per_tok;
   std::vector<float> logits(S * E);
   Mm(lw.router.m, x, S, logits.data());
   Trace(absl::StrCat("layers.", lw.index, ".router.logits"), logits.data(), S * E);
   std::vector<std::vector<std::pair<int, float>>> routes(S);  // (expert, weight)
   std::vector<int> users(E, 0);
   for (int64_t s = 0; s < S; ++s) {
-    std::vector<float> sc(E), choice(E);
-    for (int e = 0; e < E; ++e) {
-      sc[e] = 1.0f / (1.0f + std::exp(-logits[s * E + e]));
-      choice[e] = sc[e] + lw.router_bias[e];
-    }
-    if (G > 1) {
-      std::vector<float> gs(G);
-      for (int g = 0; g < G; ++g) {
-        auto t2 = TopKIdx(choice.data() + g * per, per, 2);
-        gs[g] = choice[g * per + t2[0]] + choice[g * per + t2[1]];
-      }
-      auto keep = TopKIdx(gs.data(), G, c.topk_group);
-      std::vector<bool> kept(G, false);
-      for (int g : keep) kept[g] = true;
-      for (int e = 0; e < E; ++e) {
-        if (!kept[e / per]) choice[e] = -INFINITY;
-      }
-    }
-    auto idx = TopKIdx(choice.data(), E, K);
+    std::vector<float> sc(E);
+    auto idx = Route(lw, logits.data() + s * E, sc.data());
     std::vector<float> w(K);
     float sum = 0;
     for (int k = 0; k < K; ++k) {
@@ -387,6 +412,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
       routes[s].push_back({idx[k], w[k]});
       ++users[idx[k]];
     }
+    if (route_tap_) route_tap_(layer_id, pos[s], std::span<const int>(idx.data(), idx.size()));
   }
   // Distinct experts of the batch, ascending id (HF's accumulation order).
   std::vector<ExpertKey> wanted;
@@ -394,6 +420,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     if (users[e]) wanted.push_back({layer_id, e});
   }
   experts_->Hint(wanted);
+  LookAhead(layer_id, x, S);  // after this layer's own reads are asked for
   // HF's default experts path (grouped_mm): each (row, slot) output is
   // R(down) * weight in f32; a row sums its K slots in f32 (slot order =
   // descending selection score), rounds once, then adds the shared expert.
@@ -461,8 +488,15 @@ absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h,
   RmsNorm(h, S, H, lw.post_norm, config_.rms_norm_eps, a.data());
   Trace(tp + "mlp_norm", a.data(), S * H);
   if (lw.moe) {
-    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, o.data()));
+    // This layer's attention already appended each sequence's rows to its cache.
+    std::vector<int64_t> pos(S);
+    for (const Seg& sg : segs) {
+      const int64_t p0 = sg.cache->length(cache_layer) - sg.S;
+      for (int64_t i = 0; i < sg.S; ++i) pos[sg.row0 + i] = p0 + i;
+    }
+    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, pos, o.data()));
   } else {
+    LookAhead(layer_id, a.data(), S);
     Mlp(lw.gate, lw.up, lw.down, a.data(), S, o.data());
   }
   Trace(tp + "mlp.out", o.data(), S * H);

@@ -87,6 +87,11 @@ class Model {
   // debug.safetensors: "embed", "layers.L.attn_norm", "layers.L.attn.q", ...).
   using TraceFn = std::function<void(const std::string& name, const float* data, int64_t n)>;
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
+  // Routing tap (`moe run --record-routing`): called for every row of every
+  // MoE layer (the MTP layer is num_hidden_layers) with the row's position in
+  // its cache and its top-k expert ids in selection order. Set before Forward.
+  using RouteFn = std::function<void(int layer, int64_t position, std::span<const int> experts)>;
+  void set_route_tap(RouteFn fn) { route_tap_ = std::move(fn); }
 
   // Runs `ids` at positions cache.length() ... and appends them to `cache`.
   // Returns logits (and final-normed hidden states) of every row when
@@ -128,7 +133,15 @@ class Model {
                  float* attn) const;
   void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, std::span<Seg> segs,
                std::span<const int64_t> P0s, int cache_layer) const;
-  absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, float* out) const;
+  // pos[s]: sequence position of row s (the route tap reports it).
+  absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, std::span<const int64_t> pos,
+                   float* out) const;
+  // Top-k routed experts of one row's router logits (sc: sigmoid scores, E).
+  std::vector<int> Route(const LayerWeights& lw, const float* logits, float* sc) const;
+  // Sends HintAhead for the next MoE layer's predicted experts (decode and
+  // small verify batches only: rows <= kLookAheadMaxRows).
+  void LookAhead(int layer_id, const float* a, int64_t S) const;
+  static constexpr int64_t kLookAheadMaxRows = 8;
   void Mlp(const OwnedMatrix& g, const OwnedMatrix& u, const OwnedMatrix& d, const float* x, int64_t S,
            float* out) const;
   void RmsNorm(const float* x, int64_t S, int64_t n, const std::vector<float>& w, double eps, float* out) const;
@@ -144,6 +157,7 @@ class Model {
   ExpertSource* experts_;
   EngineOptions opt_;
   TraceFn trace_;
+  RouteFn route_tap_;
   std::unique_ptr<kernels::Kernels> kernels_;  // calls serialized by kernels_mu_
   mutable std::mutex kernels_mu_;
   void Trace(const std::string& name, const float* d, int64_t n) const {

@@ -68,12 +68,17 @@ grpc::Status ExpertdService::FetchExperts(grpc::ServerContext*, const FetchReque
 grpc::Status ExpertdService::Hint(grpc::ServerContext*, const HintRequest* req, HintReply* rep) {
   if (auto s = store_->CheckSession(req->session(), req->token()); !s.ok()) return ToGrpc(s);
   uint32_t started = 0;
-  for (const auto& h : req->hints()) {
-    if (h.layer() >= store_->table().num_layers()) continue;
-    std::vector<int> ids;
-    for (uint32_t e : h.experts())
-      if (e < store_->table().num_experts()) ids.push_back(static_cast<int>(e));
-    started += static_cast<uint32_t>(store_->Hint(static_cast<int>(h.layer()), ids));
+  // Current-token routing first (certain, filled like demand), then the
+  // look-ahead predictions (speculative, admission-gated, capped).
+  for (bool lookahead : {false, true}) {
+    for (const auto& h : req->hints()) {
+      if ((h.source() == LayerHint::LOOKAHEAD) != lookahead) continue;
+      if (h.layer() >= store_->table().num_layers()) continue;
+      std::vector<int> ids;
+      for (uint32_t e : h.experts())
+        if (e < store_->table().num_experts()) ids.push_back(static_cast<int>(e));
+      started += static_cast<uint32_t>(store_->Hint(static_cast<int>(h.layer()), ids, lookahead));
+    }
   }
   rep->set_reads_started(started);
   return grpc::Status::OK;

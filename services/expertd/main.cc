@@ -98,7 +98,9 @@ int Main(int argc, char** argv) {
     auto m = expertd::MetricsExporter::Start(store->get(), metrics_addr);
     if (!m.ok()) return Fail(m.status());
     metrics = std::move(*m);
-    MOE_LOG(INFO) << "metrics on http://" << metrics_addr << "/metrics";
+    // The bound port (useful with :0, which picks a free one).
+    MOE_LOG(INFO) << "metrics on http://" << metrics_addr.substr(0, metrics_addr.rfind(':')) << ":"
+                  << metrics->port() << "/metrics";
   }
   expertd::ExpertdService service(store->get(), &channel);
   grpc::ServerBuilder builder;

@@ -75,12 +75,15 @@ absl::StatusOr<ExpertLease> RemoteExpertSource::Get(int layer, int expert) {
   return MakeLease(*r[0], *rec);
 }
 
-void RemoteExpertSource::Hint(std::span<const ExpertKey> keys) {
+void RemoteExpertSource::Hint(std::span<const ExpertKey> keys) { Queue(keys, /*lookahead=*/false); }
+void RemoteExpertSource::HintAhead(std::span<const ExpertKey> keys) { Queue(keys, /*lookahead=*/true); }
+
+void RemoteExpertSource::Queue(std::span<const ExpertKey> keys, bool lookahead) {
   {
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& k : keys) {
       if (hints_.size() >= kMaxQueuedHints) break;
-      hints_.push_back(k);
+      hints_.push_back({k, lookahead});
     }
   }
   cv_.notify_one();
@@ -88,15 +91,16 @@ void RemoteExpertSource::Hint(std::span<const ExpertKey> keys) {
 
 void RemoteExpertSource::HintLoop() {
   for (;;) {
-    std::map<int, std::vector<int>> by_layer;
+    // (look-ahead, layer) -> ids; current-routing hints go first.
+    std::map<std::pair<bool, int>, std::vector<int>> by_layer;
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return stop_ || !hints_.empty(); });
       if (stop_) return;
-      for (const auto& k : hints_) by_layer[k.layer].push_back(k.expert);
+      for (const auto& [k, ahead] : hints_) by_layer[{ahead, k.layer}].push_back(k.expert);
       hints_.clear();
     }
-    for (auto& [layer, ids] : by_layer) (void)client_->Hint(layer, ids);  // best effort
+    for (auto& [kind, ids] : by_layer) (void)client_->Hint(kind.second, ids, kind.first);  // best effort
   }
 }
 

@@ -36,20 +36,25 @@ class RemoteExpertSource final : public ExpertSource {
   ~RemoteExpertSource() override;
 
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override;
+  // Hint: the engine's routing of the layer it is about to fetch (expertd
+  // fills it like demand). HintAhead: router look-ahead predictions
+  // (expertd treats them as speculative: admission-gated, capped).
   void Hint(std::span<const ExpertKey> keys) override;
+  void HintAhead(std::span<const ExpertKey> keys) override;
   ExpertSourceStats Stats() const override;
 
  private:
   RemoteExpertSource() = default;
   ExpertLease MakeLease(const expertstore::Lease& l, const ExpertRecordInfo& rec);
   void HintLoop();
+  void Queue(std::span<const ExpertKey> keys, bool lookahead);
 
   std::unique_ptr<ExpertdClient> client_;
   const Container* container_ = nullptr;
   std::atomic<int64_t> gets_{0}, hits_{0}, misses_{0}, bytes_{0};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<ExpertKey> hints_;
+  std::deque<std::pair<ExpertKey, bool>> hints_;  // (key, look-ahead)
   bool stop_ = false;
   std::thread hint_thread_;
 };

@@ -61,6 +61,31 @@ class NoHints final : public ExpertSource {
   ExpertSource* s_;
 };
 
+// Records the order of Hint / HintAhead / Get calls, forwarding Gets.
+class Recorder final : public ExpertSource {
+ public:
+  explicit Recorder(ExpertSource* s) : s_(s) {}
+  absl::StatusOr<ExpertLease> Get(int l, int e) override {
+    log.push_back({'G', l, e});
+    return s_->Get(l, e);
+  }
+  void Hint(std::span<const ExpertKey> k) override {
+    for (auto x : k) log.push_back({'H', x.layer, x.expert});
+  }
+  void HintAhead(std::span<const ExpertKey> k) override {
+    for (auto x : k) log.push_back({'A', x.layer, x.expert});
+  }
+  ExpertSourceStats Stats() const override { return {}; }
+  struct Call {
+    char kind;
+    int layer, expert;
+  };
+  std::vector<Call> log;
+
+ private:
+  ExpertSource* s_;
+};
+
 class ExpertdContainer : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -162,6 +187,42 @@ TEST_F(ExpertdContainer, LogitsThroughExpertdEqualInProcessForTinyBudgetWithAndW
   auto without = run(&no_hints);
   ASSERT_TRUE(without.ok());
   EXPECT_EQ(*without, *want);
+}
+
+TEST_F(ExpertdContainer, RouterLookAheadHintsTheNextMoeLayerBeforeItsGets) {
+  auto ck = OpenCheckpoint(kFixture);
+  ASSERT_TRUE(ck.ok());
+  auto cfg = LoadModelConfig(kFixture);
+  ASSERT_TRUE(cfg.ok());
+  auto w = LoadResidentWeights(**ck, *cfg);
+  ASSERT_TRUE(w.ok()) << w.status();
+  LocalContainerSource local(container_.get());
+  Recorder rec(&local);
+  Model m(*cfg, std::move(*w), &rec, EngineOptions{});
+  KvCache cache = KvCache::ForModel(*cfg, KvDtype::kF32);
+  // Decode-sized batches (<= 8 rows) get look-ahead hints; a long prefill does not.
+  const std::vector<int32_t> prompt = {5, 17, 3, 88, 42, 42, 7, 61, 9, 10};
+  ASSERT_TRUE(m.Forward(prompt, cache, false).ok());
+  for (const auto& c : rec.log) EXPECT_NE(c.kind, 'A');
+  rec.log.clear();
+  const int32_t one[1] = {12};
+  ASSERT_TRUE(m.Forward(one, cache, false).ok());
+  // Layer 0 is dense, layer 1 MoE: A(1, *) before H(1, *) and G(1, *).
+  size_t first_a = rec.log.size(), first_g = rec.log.size(), n_a = 0;
+  for (size_t i = 0; i < rec.log.size(); ++i) {
+    const auto& c = rec.log[i];
+    if (c.kind == 'A') {
+      EXPECT_EQ(c.layer, 1);
+      EXPECT_GE(c.expert, 0);
+      EXPECT_LT(c.expert, cfg->n_routed_experts);
+      first_a = std::min(first_a, i);
+      ++n_a;
+    }
+    if (c.kind == 'G' && c.layer == 1) first_g = std::min(first_g, i);
+  }
+  EXPECT_EQ(n_a, size_t(cfg->num_experts_per_tok));
+  ASSERT_LT(first_g, rec.log.size());
+  EXPECT_LT(first_a, first_g);
 }
 
 }  // namespace

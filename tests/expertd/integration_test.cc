@@ -1,6 +1,9 @@
 // Starts the real expertd binary on a unix socket and drives it with real
 // worker processes (expertd_test_worker) and an in-process client.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -285,6 +288,96 @@ TEST_F(ExpertdIntegration, AdminPinBudgetAndMetrics) {
                  dir_ + "/wild.err");
   EXPECT_EQ(p->Wait(), 2);
   EXPECT_NE(p->Stderr().find("wildcard"), std::string::npos);
+}
+
+// GET /metrics over plain HTTP/1.0 on loopback.
+std::string Scrape(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string body;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+      char buf[8192];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) body.append(buf, size_t(n));
+    }
+  }
+  ::close(fd);
+  return body;
+}
+
+// Value of the first sample line starting with `series` ("name" or "name{labels}").
+double Metric(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series, 0) == 0 && line.size() > series.size() &&
+        (line[series.size()] == ' ' || line[series.size()] == '{'))
+      return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+TEST_F(ExpertdIntegration, PrometheusMetricsAreServedAndMove) {
+  auto d = StartExpertd(8, {"--metrics-addr", "127.0.0.1:0", "--no-page-cache"});
+  ASSERT_TRUE(d);
+  // The log names the bound port.
+  int port = 0;
+  for (int i = 0; i < 100 && port == 0; ++i) {
+    const std::string err = d->Stderr();
+    auto at = err.find("metrics on http://127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(err.c_str() + at + 28);
+    if (port == 0) usleep(10000);
+  }
+  ASSERT_GT(port, 0) << d->Stderr();
+  const std::string m0 = Scrape(port);
+  ASSERT_NE(m0.find("200 OK"), std::string::npos) << m0;
+  for (const char* name :
+       {"moe_expertd_tier_hits_total", "moe_expertd_tier_bytes_total", "moe_expertd_requests_total",
+        "moe_expertd_shm_hits_total", "moe_expertd_evictions_total", "moe_expertd_read_errors_total",
+        "moe_expertd_prefetch_issued_total", "moe_expertd_prefetch_used_total", "moe_expertd_prefetch_refused_total",
+        "moe_expertd_arena_bytes", "moe_expertd_budget_bytes", "moe_expertd_resident_bytes",
+        "moe_expertd_slabs_ready", "moe_expertd_slabs_leased", "moe_expertd_sessions", "moe_expertd_io_inflight",
+        "moe_expertd_io_queue_depth", "moe_expertd_read_gbps"})
+    EXPECT_NE(m0.find(std::string("# TYPE ") + name), std::string::npos) << name;
+  EXPECT_EQ(Metric(m0, "moe_expertd_requests_total"), 0);
+  EXPECT_EQ(Metric(m0, "moe_expertd_budget_bytes"), double(8 * kRec));
+  EXPECT_EQ(Metric(m0, "moe_expertd_slabs_ready"), 0);
+  // Work: 3 misses of layer 1, a shm hit, a look-ahead hint, 10 more misses (evictions).
+  auto c = ExpertdClient::Connect(sock_);
+  ASSERT_TRUE(c.ok());
+  auto got = (*c)->Acquire(1, {0, 1, 2});
+  for (auto& g : got) {
+    ASSERT_TRUE(g.ok());
+    (*c)->Release(*g);
+  }
+  auto hit = (*c)->TryLease(1, 0);
+  ASSERT_TRUE(hit);
+  (*c)->Release(*hit);
+  ASSERT_TRUE((*c)->Hint(2, {5}, /*lookahead=*/true).ok());
+  for (int e = 3; e < 13; ++e) {
+    auto r = (*c)->Acquire(0, {e});
+    ASSERT_TRUE(r[0].ok());
+    (*c)->Release(*r[0]);
+  }
+  std::string m1;
+  for (int i = 0; i < 50; ++i) {  // shm hits are harvested every ~100 ms
+    m1 = Scrape(port);
+    if (Metric(m1, "moe_expertd_shm_hits_total") >= 1) break;
+    usleep(20000);
+  }
+  EXPECT_EQ(Metric(m1, "moe_expertd_requests_total"), 13);
+  EXPECT_GE(Metric(m1, "moe_expertd_shm_hits_total"), 1);
+  EXPECT_GE(Metric(m1, "moe_expertd_tier_hits_total{tier=\"disk\"}"), 13);
+  EXPECT_GE(Metric(m1, "moe_expertd_tier_bytes_total{tier=\"disk\"}"), 13.0 * kRec);
+  EXPECT_EQ(Metric(m1, "moe_expertd_prefetch_issued_total"), 1);
+  EXPECT_GT(Metric(m1, "moe_expertd_evictions_total"), 0);
+  EXPECT_EQ(Metric(m1, "moe_expertd_sessions"), 1);
+  EXPECT_EQ(Metric(m1, "moe_expertd_slabs_ready"), 8);
 }
 
 }  // namespace

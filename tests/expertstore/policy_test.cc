@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "common/expertstore/cache_sim.h"
 #include "tests/expertstore/synthetic_model.h"
 
@@ -27,6 +29,31 @@ TEST(HeatPolicy, AdmissionRefusesSpeculativeFillsOverHotterVictims) {
   EXPECT_FALSE(p.Admits(1, true, p.Score(0)));
   EXPECT_TRUE(p.Admits(0, true, p.Score(1)));
   EXPECT_TRUE(p.Admits(1, false, p.Score(0)));  // demand fills always evict
+}
+
+TEST(HeatPolicy, LearnsTheRecencyBonusFromTheWorkload) {
+  // 1 layer x 64 experts, 8 accesses per token, window 1 token.
+  PolicyConfig c{8, 64, 0.5, 40.0, 1.0, true};
+  HeatPolicy sticky(1, 64, c), uniform(1, 64, c);
+  std::mt19937_64 rng(3);
+  std::vector<uint32_t> set(8);
+  for (int t = 0; t < 4000; ++t) {
+    // Sticky: a new random set of 8 every 4 tokens, repeated in between.
+    if (t % 4 == 0)
+      for (auto& k : set) k = uint32_t(rng() % 64);
+    for (uint32_t k : set) sticky.Touch(k);
+    // Uniform: 8 independent draws per token; reuse is only the base rate.
+    for (int i = 0; i < 8; ++i) uniform.Touch(uint32_t(rng() % 64));
+  }
+  EXPECT_GT(sticky.alpha(), 4 * uniform.alpha()) << sticky.alpha() << " vs " << uniform.alpha();
+  EXPECT_LT(uniform.alpha(), 40.0);  // learned, not the start value
+  // A key used in the last token outranks one with the same count used long ago.
+  HeatPolicy p(1, 64, PolicyConfig{8, 64, 0.5, 10.0, 1.0, false});
+  p.Touch(0);
+  for (int i = 0; i < 40; ++i) p.Touch(2);
+  p.Touch(1);
+  EXPECT_TRUE(p.EvictBefore(0, 1));
+  EXPECT_NEAR(p.Score(1), 1.0 + 10.0, 1e-9);
 }
 
 TEST(HeatPolicy, PersistsAndRefusesAnotherModel) {

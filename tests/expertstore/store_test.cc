@@ -216,6 +216,37 @@ TEST(ExpertStore, HintPrefetchesAndRespectsAdmission) {
   EXPECT_FALSE(heat[8 + 7].resident);
 }
 
+TEST(ExpertStore, CurrentRoutingHintsFillLikeDemandLookaheadHintsAreGated) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_hint_kinds"), 2, 8, [](int, int) { return kRec; });
+  StoreConfig c;
+  c.max_prefetch_inflight = 1;
+  auto st = MakeStore(m, 3, c);
+  auto sess = st->OpenSession(1);
+  for (int k = 0; k < 20; ++k) {
+    auto x = st->Fetch(sess->index, 0, {1, 2, 3});
+    for (auto& y : x) st->table().Release(sess->index, *y);
+  }
+  // A look-ahead prediction of a cold expert may not evict hot ones...
+  EXPECT_EQ(st->Hint(1, {7}, /*lookahead=*/true), 0);
+  EXPECT_EQ(st->Stats().prefetch_refused, 1u);
+  // ...the current token's routing (certain) is filled like a demand miss.
+  EXPECT_EQ(st->Hint(1, {7}, /*lookahead=*/false), 1);
+  for (int i = 0; i < 200 && !st->Heat()[8 + 7].resident; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_TRUE(st->Heat()[8 + 7].resident);
+  auto r = st->Fetch(sess->index, 1, {7});
+  ASSERT_TRUE(r[0].ok());
+  st->table().Release(sess->index, *r[0]);
+  EXPECT_EQ(st->Stats().prefetch_used, 1u);
+  // Look-ahead reads are capped (max_prefetch_inflight 1); current ones are not.
+  const auto before = st->Stats().prefetch_issued;
+  const int la = st->Hint(1, {4, 5, 6}, /*lookahead=*/true);
+  EXPECT_LE(la, 1);
+  for (int i = 0; i < 200 && st->Stats().io_inflight > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(st->Stats().prefetch_issued, before + uint64_t(la));
+}
+
 TEST(ExpertStore, PinnedExpertsStayAndSessionCloseReleasesLeases) {
   auto m = WriteSyntheticModel(MakeTempDir("store_pin"), 2, 8, [](int, int) { return kRec; });
   auto st = MakeStore(m, 2);

@@ -15,6 +15,7 @@ namespace moe::cli {
 int RunBenchBatch(int argc, char** argv);
 int RunBenchCache(int argc, char** argv);
 int RunBenchConvert(int argc, char** argv);
+int RunBenchE2e(int argc, char** argv);
 int RunBenchIo(int argc, char** argv);
 int RunBenchKernels(int argc, char** argv);
 int RunBenchLease(int argc, char** argv);
@@ -30,6 +31,7 @@ const BenchTarget kTargets[] = {
     {"batch", "engine: one fused decode step for S sequences vs S separate forwards", RunBenchBatch},
     {"cache", "expertd policy: LRU vs ours vs Belady hit rates on a routing trace", RunBenchCache},
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
+    {"e2e", "expert path of decode steps through expertd on a moe synth slice vs disk/compute floors", RunBenchE2e},
     {"io", "expertd miss path vs raw O_DIRECT reads; io_uring vs pread pool", RunBenchIo},
     {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth", RunBenchKernels},
     {"lease", "expertd: cost of leasing a cached expert from shared memory (+ RPC)", RunBenchLease},

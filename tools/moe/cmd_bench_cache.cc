@@ -18,8 +18,9 @@ int RunBenchCache(int argc, char** argv) {
   std::string trace_path, save;
   bool synthetic = false, json = false;
   uint64_t budget = 0, expert_bytes = 19ull << 20;
-  int64_t tokens = 2000, layers = 75, seed = 1;
-  double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0;
+  int64_t tokens = 2000, layers = 75, seed = 1, sample = 64;
+  double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
+  bool fixed_alpha = false;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
   flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1)");
   flags.AddBool("synthetic", &synthetic, "generate a skewed GLM-5-shaped trace instead");
@@ -34,6 +35,9 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddDouble("slow-tokens", &slow, "policy: half-life of the frequency term (tokens)");
   flags.AddDouble("fast-tokens", &fast, "policy: half-life of the recency term (tokens)");
   flags.AddDouble("alpha", &alpha, "policy: weight of the recency term");
+  flags.AddDouble("window-tokens", &window, "policy: step recency (alpha while used within this many tokens)");
+  flags.AddBool("fixed-alpha", &fixed_alpha, "policy: keep --alpha (default: learn it from the trace)");
+  flags.AddInt("sample", &sample, "policy: eviction candidates sampled per miss (0 = exact scan, slow)");
   flags.AddBool("json", &json, "print JSON");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
@@ -65,7 +69,8 @@ int RunBenchCache(int argc, char** argv) {
   uint64_t keys = uint64_t(t.num_layers) * t.num_experts;
   auto t0 = std::chrono::steady_clock::now();
   auto lru = SimulateLru(t, slots);
-  auto ours = SimulateHeat(t, slots, PolicyConfig{0, slow, fast, alpha});
+  auto ours = SimulateHeat(t, slots, PolicyConfig{0, slow, fast, alpha, window, !fixed_alpha},
+                             sample > 0 ? static_cast<int>(sample) : 1 << 30);
   auto opt = SimulateBelady(t, slots);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double gap = opt.hit_rate() - lru.hit_rate();

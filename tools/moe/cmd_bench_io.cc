@@ -26,6 +26,7 @@
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
 #include "nlohmann/json.hpp"
+#include "tools/moe/bench_io.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
@@ -69,7 +70,9 @@ absl::StatusOr<std::string> WriteModel(const std::string& dir, int layers, int e
   return manifest;
 }
 
-// Raw floor: keep `qd` chunk reads in flight over all records.
+}  // namespace
+
+// Raw floor: keep `qd` chunk reads in flight over all records (bench_io.h).
 absl::StatusOr<double> RawRead(const ManifestLocator& loc, int qd, uint64_t chunk) {
   std::vector<int> fds;
   for (const auto& f : loc.files()) {
@@ -128,6 +131,8 @@ absl::StatusOr<double> RawRead(const ManifestLocator& loc, int qd, uint64_t chun
   for (int fd : fds) ::close(fd);
   return double(total) / secs / 1e9;
 }
+
+namespace {
 
 absl::StatusOr<double> StoreRead(const std::string& manifest, IoConfig::Kind kind, int qd, uint64_t chunk,
                                  int batch, std::string* engine) {

@@ -1,12 +1,23 @@
-// moe run: generate tokens from an HF checkpoint directory.
+// moe run: generate tokens from a model directory (HF checkpoint or container).
+// --expertd ADDR: routed experts come from a running expertd (shared cache,
+// RemoteExpertSource) instead of the in-process store; needs a container.
+// --record-routing FILE: writes every (position, layer, top-k expert ids) of
+// the run as a routing trace (common/expertstore/cache_sim.h format, one line
+// per position x MoE layer, sorted by position then layer) for `moe bench cache`.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/flags.h"
 #include "common/base/status.h"
 #include "common/model/engine.h"
+#include "services/expertd/remote_expert_source.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
 
@@ -14,8 +25,80 @@ namespace moe::cli {
 
 namespace {
 
+// Forwards Get/Stats; drops hints when prefetch is off. Measures how much
+// of each layer's routing (Hint) the router look-ahead predicted (HintAhead).
+class HintGate final : public ExpertSource {
+ public:
+  HintGate(std::unique_ptr<ExpertSource> s, bool hints) : s_(std::move(s)), hints_(hints) {}
+  absl::StatusOr<ExpertLease> Get(int layer, int expert) override { return s_->Get(layer, expert); }
+  void Hint(std::span<const ExpertKey> keys) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      // Layers without a prediction (long prefills) are not counted.
+      for (const auto& k : keys) {
+        auto it = predicted_.find(k.layer);
+        if (it == predicted_.end()) break;
+        ++actual_;
+        for (int e : it->second)
+          if (e == k.expert) ++predicted_right_;
+      }
+      if (!keys.empty()) predicted_.erase(keys[0].layer);
+    }
+    if (hints_) s_->Hint(keys);
+  }
+  void HintAhead(std::span<const ExpertKey> keys) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& k : keys) predicted_[k.layer].push_back(k.expert);
+    }
+    if (hints_) s_->HintAhead(keys);
+  }
+  ExpertSourceStats Stats() const override { return s_->Stats(); }
+  // Share of routed experts the look-ahead named in advance (batches the
+  // model predicted for: decode steps).
+  double LookAheadRecall() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return actual_ ? double(predicted_right_) / double(actual_) : 0.0;
+  }
+
+ private:
+  std::unique_ptr<ExpertSource> s_;
+  bool hints_;
+  mutable std::mutex mu_;
+  std::map<int, std::vector<int>> predicted_;  // layer -> look-ahead ids
+  int64_t actual_ = 0, predicted_right_ = 0;
+};
+
+// Collects the routing tap's rows; Write emits the trace file.
+class RoutingRecorder {
+ public:
+  void Add(int layer, int64_t pos, std::span<const int> experts) {
+    std::lock_guard<std::mutex> l(mu_);
+    rows_[{pos, layer}].assign(experts.begin(), experts.end());
+  }
+  absl::Status Write(const std::string& path, const ModelConfig& c) const {
+    std::ofstream out(path);
+    if (!out) return absl::InvalidArgumentError(absl::StrCat("--record-routing ", path, ": cannot create"));
+    out << "moestream-routing-trace 1 " << c.num_hidden_layers + 1 << " " << c.n_routed_experts << " "
+        << c.num_experts_per_tok << "\n";
+    for (const auto& [key, ids] : rows_) {
+      out << key.first << " " << key.second;
+      for (int e : ids) out << " " << e;
+      out << "\n";
+    }
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("--record-routing ", path, ": write failed"));
+    return absl::OkStatus();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<int64_t, int>, std::vector<int>> rows_;
+};
+
 absl::Status DoRun(int argc, char** argv, bool* help) {
-  std::string model, attention = "explicit", kv_dtype = "f32", save_kv, resume_kv;
+  std::string model, attention = "explicit", kv_dtype = "f32", save_kv, resume_kv, expertd_addr, record_routing;
+  bool prefetch = true;
   int64_t max_tokens = 32, top_k = 0, seed = 0;
   double temperature = 0, top_p = 1.0;
   bool greedy = false, json = false;
@@ -36,6 +119,12 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   flags.AddString("save-kv", &save_kv, "write the conversation's KV cache to this file at the end");
   flags.AddString("resume-kv", &resume_kv, "continue the conversation saved in this file (prompt is appended)");
   flags.AddBool("json", &json, "print tokens and stats as JSON");
+  flags.AddString("expertd", &expertd_addr,
+                  "get routed experts from the expertd at this unix socket (shared cache; --model must be the "
+                  "container expertd serves)");
+  flags.AddBool("prefetch", &prefetch, "send prefetch hints to the expert source (--no-prefetch: off)");
+  flags.AddString("record-routing", &record_routing,
+                  "write the routing trace (position, layer, expert ids) to this file (moe bench cache --trace)");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -74,14 +163,36 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   }
   const int64_t ctx = (resumed ? resumed->length() : 0) + static_cast<int64_t>(prompt.size()) + max_tokens;
   MOE_ASSIGN_OR_RETURN(ec, PlanAndCheck(model, ram_budget, ctx, ec));
+  // (The in-process store ignores hints, so --no-prefetch matters with --expertd only.)
+  HintGate* gate = nullptr;
+  if (!expertd_addr.empty()) {
+    const std::string path = expertd_addr.rfind("unix:", 0) == 0 ? expertd_addr.substr(5) : expertd_addr;
+    std::error_code fec;
+    if (!std::filesystem::exists(path, fec))
+      return absl::InvalidArgumentError(absl::StrCat("--expertd ", expertd_addr, ": no such socket (is expertd running?)"));
+    ec.expert_source = [expertd_addr, prefetch,
+                        gate = &gate](const Container& c) -> absl::StatusOr<std::unique_ptr<ExpertSource>> {
+      auto r = expertd::RemoteExpertSource::Connect(expertd_addr, &c);
+      if (!r.ok()) return Annotate(r.status(), "--expertd");
+      auto g = std::make_unique<HintGate>(std::move(*r), prefetch);
+      *gate = g.get();
+      return std::unique_ptr<ExpertSource>(std::move(g));
+    };
+  }
   MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
+  RoutingRecorder recorder;
+  if (!record_routing.empty()) {
+    eng->mutable_model().set_route_tap(
+        [&recorder](int layer, int64_t pos, std::span<const int> ids) { recorder.Add(layer, pos, ids); });
+  }
   KvCache cache = resumed ? std::move(*resumed) : eng->NewCache();
   if (cache.num_layers() != eng->config().num_hidden_layers) {
     return absl::InvalidArgumentError("--resume-kv: the cache file was written for a different model");
   }
   MOE_ASSIGN_OR_RETURN(GenerateResult r, eng->Generate(prompt, max_tokens, sp, cache));
   if (!save_kv.empty()) MOE_RETURN_IF_ERROR(cache.Save(save_kv));
-  const auto st = eng->experts().Stats();
+  if (!record_routing.empty()) MOE_RETURN_IF_ERROR(recorder.Write(record_routing, eng->config()));
+  const auto st = eng->expert_source().Stats();
   const double decode_tps =
       r.tokens.size() > 1 && r.decode_seconds > 0 ? (r.tokens.size() - 1) / r.decode_seconds : 0.0;
   const double prefill_tps = r.prefill_seconds > 0 ? prompt.size() / r.prefill_seconds : 0.0;
@@ -97,10 +208,13 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
                   {"prefill_tokens_per_second", prefill_tps},
                   {"decode_tokens_per_second", decode_tps},
                   {"expert_gets", st.gets},
+                  {"expert_hits", st.hits},
+                  {"expert_misses", st.misses},
                   {"expert_hit_rate", st.HitRate()},
                   {"expert_evictions", st.evictions},
                   {"bytes_read", st.bytes_read},
                   {"kv_bytes", cache.Bytes()},
+                  {"lookahead_recall", gate ? gate->LookAheadRecall() : 0.0},
                   {"peak_rss_bytes", PeakRssBytes()}};
     std::printf("%s\n", j.dump().c_str());
   } else {

@@ -13,6 +13,7 @@ int RunInspect(int argc, char** argv);
 int RunQuality(int argc, char** argv);
 int RunRun(int argc, char** argv);
 int RunScore(int argc, char** argv);
+int RunSynth(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
 int RunVersion(int argc, char** argv);
 
@@ -26,6 +27,7 @@ const Command kCommands[] = {
     {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},
     {"score", "teacher-forced argmax and log-probabilities of --ids", RunScore},
+    {"synth", "write a synthetic GLM-5-shaped expert slice (records + manifest) for moe bench e2e", RunSynth},
     {"tokenize", "text to token ids (and back) with a tokenizer.json; chat prompts", RunTokenize},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},

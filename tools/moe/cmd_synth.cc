@@ -1,0 +1,172 @@
+// moe synth --out DIR [--layers 2] [--experts 64] [--hidden 6144]
+//           [--moe-intermediate 2048] [--format q4_g64] [--seed 1]
+// Writes a synthetic GLM-5-shaped expert slice for end-to-end benchmarks
+// (`moe bench e2e`) and expertd (`expertd --manifest DIR/slice.manifest`):
+//   DIR/experts.bin     every (layer, expert) record, 4 KiB aligned, random
+//                       weights in the expert format: gate [Im, H] data +
+//                       scales, up [Im, H] data + scales, down [H, Im] data +
+//                       scales (each part 64-byte aligned)
+//   DIR/slice.manifest  the record manifest (offsets, lengths, crc32c, parts)
+//   DIR/slice.json      shapes: hidden, moe_intermediate, format, layers, experts
+// With GLM-5's real dimensions (H 6144, Im 2048, q4_g64) a record is
+// 21.2 MB: 2 layers x 64 experts = 2.7 GB of disk. It is a slice of the
+// routed experts only (no dense weights, no tokenizer): the e2e benchmark
+// runs the expert part of a decode step, which is what expertd serves.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/aligned_buffer.h"
+#include "common/base/flags.h"
+#include "common/base/status.h"
+#include "common/expertstore/record_locator.h"
+#include "common/format/crc32c.h"
+#include "common/format/qformat.h"
+#include "nlohmann/json.hpp"
+#include "tools/moe/commands.h"
+
+namespace moe::cli {
+namespace {
+
+using expertstore::RecordLocation;
+
+uint64_t Up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+struct Part {
+  uint64_t offset, bytes;
+  bool scales;
+};
+
+absl::Status DoSynth(int argc, char** argv, bool* help) {
+  std::string out, format = "q4_g64";
+  int64_t layers = 2, experts = 64, hidden = 6144, inter = 2048, seed = 1, top_k = 8;
+  FlagSet flags("synth", "Write a synthetic GLM-5-shaped expert slice (records + manifest) for moe bench e2e.");
+  flags.AddString("out", &out, "output directory");
+  flags.AddInt("layers", &layers, "MoE layers");
+  flags.AddInt("experts", &experts, "routed experts per layer (GLM-5: 256)");
+  flags.AddInt("hidden", &hidden, "hidden size H (GLM-5: 6144)");
+  flags.AddInt("moe-intermediate", &inter, "expert intermediate size Im (GLM-5: 2048)");
+  flags.AddInt("top-k", &top_k, "experts per token per layer (GLM-5: 8), recorded in slice.json");
+  flags.AddString("format", &format, "expert matrix format (qformat name, GLM-5 container: q4_g64)");
+  flags.AddInt("seed", &seed, "random seed of the weights");
+  MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    *help = true;
+    return absl::OkStatus();
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--out is required");
+  if (layers < 1 || experts < 1 || hidden < 1 || inter < 1 || top_k < 1 || top_k > experts)
+    return absl::InvalidArgumentError("--layers, --experts, --hidden, --moe-intermediate must be >= 1 and "
+                                      "--top-k in [1, --experts]");
+  const std::optional<QFormat> fo = QFormatFromName(format);
+  if (!fo || !Info(*fo).integer)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format: '", format, "' is not an integer expert format (q4_g64, q8_g64, q4_row, ...)"));
+  const QFormat f = *fo;
+  const QFormatInfo* fi = &Info(f);
+  if (fi->group > 0 && (hidden % fi->group != 0 || inter % fi->group != 0))
+    return absl::InvalidArgumentError(absl::StrCat("--format ", format, ": group ", fi->group,
+                                                   " must divide --hidden and --moe-intermediate"));
+  // gate, up: [Im, H]; down: [H, Im].
+  const int64_t rows[3] = {inter, inter, hidden}, cols[3] = {hidden, hidden, inter};
+  std::vector<Part> parts;
+  uint64_t off = 0;
+  for (int m = 0; m < 3; ++m) {
+    parts.push_back({off, uint64_t(DataBytes(f, rows[m], cols[m])), false});
+    off = Up(off + parts.back().bytes, 64);
+    {
+      parts.push_back({off, uint64_t(ScaleBytes(f, rows[m], cols[m])), true});
+      off = Up(off + parts.back().bytes, 64);
+    }
+  }
+  const uint64_t length = off, stride = Up(length, 4096);
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--out ", out, ": ", ec.message()));
+  const std::string bin = out + "/experts.bin";
+  int fd = ::open(bin.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat(bin, ": cannot create"));
+  AlignedBuffer buf(stride);
+  std::vector<std::pair<std::pair<int, int>, RecordLocation>> recs;
+  uint64_t x = 0x9E3779B97F4A7C15ull * uint64_t(seed + 1);
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  uint64_t file_off = 0;
+  for (int l = 0; l < layers; ++l) {
+    for (int e = 0; e < experts; ++e) {
+      std::memset(buf.data(), 0, stride);
+      for (const Part& p : parts) {
+        if (p.scales) {
+          // Small positive scales keep activations finite through the SwiGLU.
+          float* s = reinterpret_cast<float*>(buf.data() + p.offset);
+          for (uint64_t i = 0; i < p.bytes / 4; ++i) s[i] = 1e-3f * (1.0f + float(next() & 1023) / 1024.0f);
+        } else {
+          auto* w = reinterpret_cast<uint64_t*>(buf.data() + p.offset);
+          for (uint64_t i = 0; i < p.bytes / 8; ++i) w[i] = next();
+        }
+      }
+      RecordLocation r;
+      r.file = 0;
+      r.offset = file_off;
+      r.length = length;
+      r.crc32c = crc32c::Extend(0, buf.data(), length);
+      r.num_parts = static_cast<uint32_t>(parts.size());
+      for (size_t p = 0; p < parts.size(); ++p) r.part_offsets[p] = parts[p].offset;
+      if (::pwrite(fd, buf.data(), stride, static_cast<off_t>(file_off)) != ssize_t(stride)) {
+        ::close(fd);
+        return absl::InternalError(absl::StrCat(bin, ": short write (disk full?)"));
+      }
+      file_off += stride;
+      recs.push_back({{l, e}, r});
+    }
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat(bin, ": fsync failed"));
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // benchmarks read from disk
+  ::close(fd);
+  const std::string id = absl::StrCat("synth-glm5-slice-L", layers, "xE", experts, "-H", hidden, "-I", inter, "-",
+                                      format, "-s", seed);
+  MOE_RETURN_IF_ERROR(
+      expertstore::ManifestLocator::Write(out + "/slice.manifest", id, int(layers), int(experts), {"experts.bin"}, recs));
+  nlohmann::json j = {{"kind", "moestream-synth-slice"},
+                      {"version", 1},
+                      {"model_id", id},
+                      {"hidden", hidden},
+                      {"moe_intermediate", inter},
+                      {"format", format},
+                      {"layers", layers},
+                      {"experts", experts},
+                      {"top_k", top_k},
+                      {"record_bytes", length},
+                      {"total_bytes", file_off},
+                      {"manifest", "slice.manifest"}};
+  std::ofstream js(out + "/slice.json");
+  js << j.dump(1) << "\n";
+  js.close();
+  if (!js) return absl::InternalError(absl::StrCat(out, "/slice.json: write failed"));
+  std::printf("wrote %lld x %lld records of %llu B (%.2f GB) to %s\n", static_cast<long long>(layers),
+              static_cast<long long>(experts), static_cast<unsigned long long>(length), file_off / 1e9, out.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunSynth(int argc, char** argv) {
+  bool help = false;
+  if (auto s = DoSynth(argc, argv, &help); !s.ok()) return Fail("synth", s);
+  return 0;
+}
+
+}  // namespace moe::cli
