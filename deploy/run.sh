@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Main job: install + build (deploy/setup.sh), start the stack on the embedded
-# default model (models/tiny-glm-random: RANDOM weights, the answer is noise
-# until the trained model lands), send ONE OpenAI chat request with curl, print
+# Main job: install + build (deploy/setup.sh), convert the embedded default
+# model (models/tiny-glm-random: RANDOM weights, the answer is noise until the
+# trained model lands) into a moestream container, start the stack on it
+# (expertd + N inferd sharing that expertd + gateway; --no-expertd: workers with
+# in-process expert stores), send ONE OpenAI chat request with curl, print
 # the assistant's message and the raw JSON, and stop the stack (always, via an
 # EXIT trap). Bounded: the stack start waits at most --start-timeout seconds,
 # the request at most --request-timeout seconds.
 #   deploy/run.sh [--bin-dir DIR] [--skip-setup] [--model DIR] [--listen HOST:PORT]
 #                 [--run-dir DIR] [--workers N] [--prompt TEXT] [--max-tokens N] [--thinking]
+#                 [--no-expertd] [--expertd-budget BYTES]
 # GLM thinking is off by default (chat_template_kwargs.enable_thinking=false) so
 # the answer arrives as `content`; --thinking turns it on (reasoning_content).
 set -euo pipefail
@@ -23,6 +26,8 @@ MAX_TOKENS=24
 THINKING=false
 START_TIMEOUT=300
 REQUEST_TIMEOUT=120
+USE_EXPERTD=1
+EXPERTD_BUDGET=256M
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin-dir) BIN=$(cd "$2" && pwd); shift 2 ;;
@@ -34,9 +39,11 @@ while [ $# -gt 0 ]; do
     --prompt) PROMPT=$2; shift 2 ;;
     --max-tokens) MAX_TOKENS=$2; shift 2 ;;
     --thinking) THINKING=true; shift ;;
+    --no-expertd) USE_EXPERTD=0; shift ;;
+    --expertd-budget) EXPERTD_BUDGET=$2; shift 2 ;;
     --start-timeout) START_TIMEOUT=$2; shift 2 ;;
     --request-timeout) REQUEST_TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +56,7 @@ if [ "$SETUP" = 1 ]; then
   echo "[run] deploy/setup.sh"
   "$ROOT/deploy/setup.sh"
 fi
-for b in services/inferd/inferd services/gateway/gateway; do
+for b in services/inferd/inferd services/gateway/gateway services/expertd/expertd tools/moe/moe; do
   [ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing (run deploy/setup.sh)" >&2; exit 1; }
 done
 if [ ! -f "$MODEL/config.json" ] || [ ! -f "$MODEL/tokenizer.json" ]; then
@@ -76,15 +83,28 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Run-specific config: deploy/moestream.conf with the model, tokenizer and
-# listen address of this run (the tokenizer files live in the model directory).
-awk -v model="$MODEL" -v listen="$LISTEN" '
-  /^\[/ { sec = $0 }
+# The stack serves a converted container (moe convert; seconds for the tiny
+# model): expertd reads its expert records, the workers map its dense part.
+SERVE_MODEL=$MODEL
+EXPERTD_MODEL=""
+if [ "$USE_EXPERTD" = 1 ]; then
+  SERVE_MODEL=$RUN/model
+  echo "[run] moe convert $MODEL -> $SERVE_MODEL"
+  "$BIN/tools/moe/moe" convert --in "$MODEL" --out "$SERVE_MODEL" >"$RUN/convert.log" 2>&1 ||
+    { echo "run.sh: moe convert failed:" >&2; tail -20 "$RUN/convert.log" >&2; exit 1; }
+  EXPERTD_MODEL=$SERVE_MODEL
+fi
+
+# Run-specific config: deploy/moestream.conf with the model, expertd, tokenizer
+# and listen address of this run (the tokenizer files live in the model directory).
+awk -v model="$SERVE_MODEL" -v xmodel="$EXPERTD_MODEL" -v budget="$EXPERTD_BUDGET" -v tok="$MODEL" -v listen="$LISTEN" '
+  /^\[/ { sec = $0; print; if (sec == "[expertd]" && xmodel != "") { print "model = " xmodel; print "budget = " budget }; next }
+  sec == "[expertd]" && /^[[:space:]]*(model|budget)[[:space:]]*=/ { next }
   sec == "[inferd]"  && /^[[:space:]]*model[[:space:]]*=/     { print "model = " model; next }
-  sec == "[gateway]" && /^[[:space:]]*tokenizer[[:space:]]*=/ { print "tokenizer = " model; next }
+  sec == "[gateway]" && /^[[:space:]]*tokenizer[[:space:]]*=/ { print "tokenizer = " tok; next }
   sec == "[gateway]" && /^[[:space:]]*listen[[:space:]]*=/    { print "listen = " listen; next }
   { print }' "$ROOT/deploy/moestream.conf" >"$CONF"
-echo "[run] model $MODEL (config $CONF)"
+echo "[run] model $SERVE_MODEL, experts from $([ "$USE_EXPERTD" = 1 ] && echo "expertd (shared by $WORKERS workers)" || echo "in-process stores") (config $CONF)"
 
 timeout --foreground "$START_TIMEOUT" \
   "$ROOT/deploy/start.sh" --config "$CONF" --run-dir "$RUN" --workers "$WORKERS" --bin-dir "$BIN"

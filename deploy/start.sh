@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts the moestream stack on this host: expertd (when [expertd] names a
-# manifest), N inferd workers on unix sockets, and the gateway; one config
-# file for all. Waits (bounded) until the gateway's /health says ok.
+# model container or a manifest), N inferd workers on unix sockets that all get
+# their routed experts from that one expertd (--expertd; without expertd each
+# uses its in-process store), and the gateway; one config file for all.
+# Waits (bounded) until expertd's socket exists and the gateway's /health says ok.
 #   deploy/start.sh [--config FILE] [--run-dir DIR] [--workers N] [--bin-dir DIR] [-- extra inferd flags]
 # Stop with deploy/stop.sh --run-dir DIR.
 set -euo pipefail
@@ -23,6 +25,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$RUN"
+# Several workers share the host's cores: OpenMP threads that spin at barriers
+# take CPU from the other processes (docs/BENCHMARKS.md ## serving: passive
+# waiting gave +17% tokens/s to a 2-worker stack on 2 vCPUs). Override by
+# exporting OMP_WAIT_POLICY.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 if ls "$RUN"/*.pid >/dev/null 2>&1; then
   echo "start.sh: $RUN already holds pid files; run deploy/stop.sh --run-dir $RUN first" >&2
   exit 1
@@ -35,12 +42,27 @@ start() {  # name, command...
   echo "[start] $name (pid $!): log $RUN/$name.log"
 }
 
-if awk '/^\[expertd\]/{s=1;next} /^\[/{s=0} s && /^[[:space:]]*manifest[[:space:]]*=/{f=1} END{exit !f}' "$CONFIG"; then
+EXPERTD=()
+if awk '/^\[expertd\]/{s=1;next} /^\[/{s=0} s && /^[[:space:]]*(manifest|model)[[:space:]]*=/{f=1} END{exit !f}' "$CONFIG"; then
+  rm -f "$RUN/expertd.sock"
   start expertd "$BIN/services/expertd/expertd" --config "$CONFIG" --socket "$RUN/expertd.sock"
+  for _ in $(seq 1 600); do
+    [ -S "$RUN/expertd.sock" ] && break
+    if ! kill -0 "$(cat "$RUN/expertd.pid")" 2>/dev/null; then
+      echo "start.sh: expertd exited; its log:" >&2
+      tail -20 "$RUN/expertd.log" >&2
+      "$ROOT/deploy/stop.sh" --run-dir "$RUN" >/dev/null 2>&1 || true
+      exit 1
+    fi
+    sleep 0.1
+  done
+  [ -S "$RUN/expertd.sock" ] || { echo "start.sh: expertd did not open $RUN/expertd.sock in 60 s" >&2; exit 1; }
+  EXPERTD=(--expertd "unix:$RUN/expertd.sock")
 fi
 workers=()
 for i in $(seq 0 $((WORKERS - 1))); do
-  start "inferd$i" "$BIN/services/inferd/inferd" --config "$CONFIG" --listen "unix:$RUN/inferd$i.sock" "${EXTRA[@]}"
+  start "inferd$i" "$BIN/services/inferd/inferd" --config "$CONFIG" --listen "unix:$RUN/inferd$i.sock" \
+    "${EXPERTD[@]}" "${EXTRA[@]}"
   workers+=(--worker "unix:$RUN/inferd$i.sock")
 done
 start gateway "$BIN/services/gateway/gateway" --config "$CONFIG" "${workers[@]}"

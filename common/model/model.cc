@@ -19,6 +19,13 @@ struct Model::TopK {
   std::vector<std::vector<int32_t>> keys;  // per row: sorted ascending key positions
 };
 
+struct Model::Seg {
+  KvCache* cache = nullptr;
+  int64_t row0 = 0;  // first row in the batch
+  int64_t S = 0;     // rows
+  TopK topk;
+};
+
 namespace {
 
 inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -134,68 +141,77 @@ void Model::Mlp(const OwnedMatrix& g, const OwnedMatrix& u, const OwnedMatrix& d
   LinearR(d, gv.data(), S, out);
 }
 
-void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, int64_t P0, KvCache& cache,
-                    int cache_layer, TopK& topk) const {
+void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, std::span<Seg> segs,
+                    std::span<const int64_t> P0s, int cache_layer) const {
   const ModelConfig& c = config_;
-  const int64_t ih = c.index_n_heads, id = c.index_head_dim, H = c.hidden_size, T = P0 + S;
+  const int64_t ih = c.index_n_heads, id = c.index_head_dim;
   std::vector<float> q(S * ih * id), k(S * id), w(S * ih);
   LinearR(lw.idx_wq_b, cq, S, q.data());
   LinearR(lw.idx_wk, a, S, k.data());
-  for (int64_t s = 0; s < S; ++s) {
-    // LayerNorm(eps 1e-6) in f32, one rounding at the end (HF CPU kernel).
-    float* ks = k.data() + s * id;
-    float mean = 0;
-    for (int64_t i = 0; i < id; ++i) mean += ks[i];
-    mean /= static_cast<float>(id);
-    float var = 0;
-    for (int64_t i = 0; i < id; ++i) var += (ks[i] - mean) * (ks[i] - mean);
-    var /= static_cast<float>(id);
-    const float rstd = 1.0f / std::sqrt(var + 1e-6f);
-    for (int64_t i = 0; i < id; ++i) ks[i] = R((ks[i] - mean) * rstd * lw.idx_k_norm_w[i] + lw.idx_k_norm_b[i]);
-    Rope(ks, P0 + s, c.indexer_rope_interleave);
-    for (int64_t j = 0; j < ih; ++j) Rope(q.data() + (s * ih + j) * id, P0 + s, c.indexer_rope_interleave);
-    cache.Append(cache_layer, KvCache::kIndexKey, ks);
+  for (size_t g = 0; g < segs.size(); ++g) {
+    const Seg& sg = segs[g];
+    for (int64_t s = sg.row0; s < sg.row0 + sg.S; ++s) {
+      const int64_t pos = P0s[g] + (s - sg.row0);
+      // LayerNorm(eps 1e-6) in f32, one rounding at the end (HF CPU kernel).
+      float* ks = k.data() + s * id;
+      float mean = 0;
+      for (int64_t i = 0; i < id; ++i) mean += ks[i];
+      mean /= static_cast<float>(id);
+      float var = 0;
+      for (int64_t i = 0; i < id; ++i) var += (ks[i] - mean) * (ks[i] - mean);
+      var /= static_cast<float>(id);
+      const float rstd = 1.0f / std::sqrt(var + 1e-6f);
+      for (int64_t i = 0; i < id; ++i) ks[i] = R((ks[i] - mean) * rstd * lw.idx_k_norm_w[i] + lw.idx_k_norm_b[i]);
+      Rope(ks, pos, c.indexer_rope_interleave);
+      for (int64_t j = 0; j < ih; ++j) Rope(q.data() + (s * ih + j) * id, pos, c.indexer_rope_interleave);
+      sg.cache->Append(cache_layer, KvCache::kIndexKey, ks);
+    }
   }
   // HF loaded in bf16 keeps weights_proj in bf16 (_keep_in_fp32_modules
   // applies to fp16 loads only): a bf16 linear, widened to fp32, then scaled.
   Mm(lw.idx_wp.m, a, S, w.data());
   const float wscale = static_cast<float>(std::pow(static_cast<double>(ih), -0.5));
   for (float& v : w) v = R(v) * wscale;
-  (void)H;
-  std::vector<float> keys(T * id);
-  cache.Read(cache_layer, KvCache::kIndexKey, 0, T, keys.data());
   const float sscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5));
-  topk.valid = true;
-  topk.keys.assign(S, {});
-  std::vector<float> score(T);
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t n_causal = P0 + s + 1;
-    auto& sel = topk.keys[s];
-    if (n_causal <= c.index_topk) {
-      sel.resize(n_causal);
-      std::iota(sel.begin(), sel.end(), 0);
-      continue;
-    }
-    for (int64_t t = 0; t < n_causal; ++t) {
-      float acc = 0;
-      for (int64_t j = 0; j < ih; ++j) {
-        const float d = DotF32(q.data() + (s * ih + j) * id, keys.data() + t * id, id) * sscale;
-        acc += w[s * ih + j] * std::max(d, 0.0f);
+  for (size_t g = 0; g < segs.size(); ++g) {
+    Seg& sg = segs[g];
+    const int64_t P0 = P0s[g], T = P0 + sg.S;
+    std::vector<float> keys(T * id);
+    sg.cache->Read(cache_layer, KvCache::kIndexKey, 0, T, keys.data());
+    TopK& topk = sg.topk;
+    topk.valid = true;
+    topk.keys.assign(sg.S, {});
+    std::vector<float> score(T);
+    for (int64_t s = 0; s < sg.S; ++s) {
+      const int64_t r = sg.row0 + s;  // batch row
+      const int64_t n_causal = P0 + s + 1;
+      auto& sel = topk.keys[s];
+      if (n_causal <= c.index_topk) {
+        sel.resize(n_causal);
+        std::iota(sel.begin(), sel.end(), 0);
+        continue;
       }
-      score[t] = acc;
+      for (int64_t t = 0; t < n_causal; ++t) {
+        float acc = 0;
+        for (int64_t j = 0; j < ih; ++j) {
+          const float d = DotF32(q.data() + (r * ih + j) * id, keys.data() + t * id, id) * sscale;
+          acc += w[r * ih + j] * std::max(d, 0.0f);
+        }
+        score[t] = acc;
+      }
+      auto idx = TopKIdx(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
+      sel.assign(idx.begin(), idx.end());
+      std::sort(sel.begin(), sel.end());
     }
-    auto idx = TopKIdx(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
-    sel.assign(idx.begin(), idx.end());
-    std::sort(sel.begin(), sel.end());
   }
 }
 
-void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache& cache, int cache_layer, TopK& topk,
+void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, std::span<Seg> segs, int cache_layer,
                       float* out) const {
   const ModelConfig& c = config_;
   const int64_t nh = c.num_attention_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
   const int64_t dq = dn + dr, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
-  const int64_t P0 = cache.length(cache_layer), T = P0 + S;
+  // Projections over every row of the batch at once.
   std::vector<float> qa(S * rq), cq(S * rq), q(S * nh * dq), kva(S * (rkv + dr)), lat(rkv);
   LinearR(lw.q_a, a, S, qa.data());
   RmsNorm(qa.data(), S, rq, lw.q_a_norm, 1e-6, cq.data());
@@ -205,22 +221,45 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
   Trace(tp + "q_resid", cq.data(), S * rq);
   Trace(tp + "q", q.data(), S * nh * dq);
   Trace(tp + "kv_a", kva.data(), S * (rkv + dr));
-  for (int64_t s = 0; s < S; ++s) {
-    float* row = kva.data() + s * (rkv + dr);
-    RmsNorm(row, 1, rkv, lw.kv_a_norm, 1e-6, lat.data());
-    Rope(row + rkv, P0 + s, c.rope_interleave);
-    cache.Append(cache_layer, KvCache::kLatent, lat.data());
-    cache.Append(cache_layer, KvCache::kRope, row + rkv);
-    for (int64_t h = 0; h < nh; ++h) Rope(q.data() + (s * nh + h) * dq + dn, P0 + s, c.rope_interleave);
+  // Each sequence's rows go to its own cache at its own positions.
+  std::vector<int64_t> P0s(segs.size());
+  for (size_t g = 0; g < segs.size(); ++g) {
+    KvCache& cache = *segs[g].cache;
+    const int64_t P0 = P0s[g] = cache.length(cache_layer);
+    for (int64_t i = 0; i < segs[g].S; ++i) {
+      const int64_t s = segs[g].row0 + i;
+      float* row = kva.data() + s * (rkv + dr);
+      RmsNorm(row, 1, rkv, lw.kv_a_norm, 1e-6, lat.data());
+      Rope(row + rkv, P0 + i, c.rope_interleave);
+      cache.Append(cache_layer, KvCache::kLatent, lat.data());
+      cache.Append(cache_layer, KvCache::kRope, row + rkv);
+      for (int64_t h = 0; h < nh; ++h) Rope(q.data() + (s * nh + h) * dq + dn, P0 + i, c.rope_interleave);
+    }
   }
-  if (c.has_indexer && lw.has_indexer) Indexer(lw, a, cq.data(), S, P0, cache, cache_layer, topk);
+  if (c.has_indexer && lw.has_indexer) Indexer(lw, a, cq.data(), S, segs, P0s, cache_layer);
+  std::vector<float> attn(S * nh * dv);
+  for (size_t g = 0; g < segs.size(); ++g) {
+    AttendSeg(lw, q.data() + segs[g].row0 * nh * dq, segs[g], P0s[g], cache_layer, segs.size() == 1,
+              attn.data() + segs[g].row0 * nh * dv);
+  }
+  LinearR(lw.o, attn.data(), S, out);
+  Trace(tp + "out", out, S * c.hidden_size);
+}
 
+void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, int64_t P0, int cache_layer,
+                      bool trace, float* attn) const {
+  const ModelConfig& c = config_;
+  const int64_t nh = c.num_attention_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const int64_t dq = dn + dr, rkv = c.kv_lora_rank;
+  const int64_t S = seg.S, T = P0 + S;
+  const KvCache& cache = *seg.cache;
+  const TopK& topk = seg.topk;
+  const std::string tp = absl::StrCat("layers.", lw.index, ".attn.");
   std::vector<float> lats(T * rkv), kpe(T * dr);
   cache.Read(cache_layer, KvCache::kLatent, 0, T, lats.data());
-  Trace(tp + "kv_latent", lats.data() + P0 * rkv, S * rkv);
+  if (trace) Trace(tp + "kv_latent", lats.data() + P0 * rkv, S * rkv);
   cache.Read(cache_layer, KvCache::kRope, 0, T, kpe.data());
   const float scale = static_cast<float>(c.softmax_scale);
-  std::vector<float> attn(S * nh * dv);
 
   auto keys_of = [&](int64_t s) {
     std::vector<int32_t> keys;
@@ -244,7 +283,7 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
     for (int64_t s = 0; s < S; ++s) {
       for (int64_t h = 0; h < nh; ++h) {
         const auto keys = keys_of(s);
-        const float* qh = q.data() + (s * nh + h) * dq;
+        const float* qh = q + (s * nh + h) * dq;
         std::vector<float> kh(dq), sc(keys.size());
         float mx = -INFINITY;
         for (size_t i = 0; i < keys.size(); ++i) {
@@ -260,7 +299,7 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
           sum += v;
         }
         for (float& v : sc) v = R(v / sum);
-        float* o = attn.data() + (s * nh + h) * dv;
+        float* o = attn + (s * nh + h) * dv;
         for (int64_t d = 0; d < dv; ++d) {
           float acc = 0;
           for (size_t i = 0; i < keys.size(); ++i) acc += sc[i] * kv[keys[i] * kvw + h * (dn + dv) + dn + d];
@@ -277,7 +316,7 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
     for (int64_t s = 0; s < S; ++s) {
       for (int64_t h = 0; h < nh; ++h) {
         const auto keys = keys_of(s);
-        const float* qh = q.data() + (s * nh + h) * dq;
+        const float* qh = q + (s * nh + h) * dq;
         const float* wh = wkvb.data() + h * (dn + dv) * rkv;
         std::vector<float> ql(rkv, 0.0f), ctx(rkv, 0.0f), sc(keys.size());
         for (int64_t d = 0; d < dn; ++d) {
@@ -300,13 +339,11 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache
           const float* cl = lats.data() + keys[i] * rkv;
           for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
         }
-        float* o = attn.data() + (s * nh + h) * dv;
+        float* o = attn + (s * nh + h) * dv;
         for (int64_t d = 0; d < dv; ++d) o[d] = R(DotF32(wh + (dn + d) * rkv, ctx.data(), rkv));
       }
     }
   }
-  LinearR(lw.o, attn.data(), S, out);
-  Trace(tp + "out", out, S * c.hidden_size);
 }
 
 std::vector<int> Model::Route(const LayerWeights& lw, const float* logits, float* sc) const {
@@ -350,8 +387,8 @@ void Model::LookAhead(int layer_id, const float* a, int64_t S) const {
   experts_->HintAhead(keys);
 }
 
-absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, int64_t pos0,
-                        float* out) const {
+absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S,
+                        std::span<const int64_t> pos, float* out) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   const int E = c.n_routed_experts, K = c.num_experts_per_tok;
@@ -375,7 +412,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
       routes[s].push_back({idx[k], w[k]});
       ++users[idx[k]];
     }
-    if (route_tap_) route_tap_(layer_id, pos0 + s, std::span<const int>(idx.data(), idx.size()));
+    if (route_tap_) route_tap_(layer_id, pos[s], std::span<const int>(idx.data(), idx.size()));
   }
   // Distinct experts of the batch, ascending id (HF's accumulation order).
   std::vector<ExpertKey> wanted;
@@ -438,21 +475,26 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   return absl::OkStatus();
 }
 
-absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h, int64_t S, KvCache& cache,
-                                 int cache_layer, TopK& topk) const {
+absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h, int64_t S, std::span<Seg> segs,
+                                 int cache_layer) const {
   const int64_t H = config_.hidden_size;
   std::vector<float> a(S * H), o(S * H);
   const std::string tp = absl::StrCat("layers.", lw.index, ".");
   Trace(tp + "input", h, S * H);
   RmsNorm(h, S, H, lw.input_norm, config_.rms_norm_eps, a.data());
   Trace(tp + "attn_norm", a.data(), S * H);
-  Attention(lw, a.data(), S, cache, cache_layer, topk, o.data());
+  Attention(lw, a.data(), S, segs, cache_layer, o.data());
   for (int64_t i = 0; i < S * H; ++i) h[i] = R(h[i] + o[i]);
   RmsNorm(h, S, H, lw.post_norm, config_.rms_norm_eps, a.data());
   Trace(tp + "mlp_norm", a.data(), S * H);
   if (lw.moe) {
-    // Layer 0's attention already appended this batch to the cache.
-    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, cache.length() - S, o.data()));
+    // This layer's attention already appended each sequence's rows to its cache.
+    std::vector<int64_t> pos(S);
+    for (const Seg& sg : segs) {
+      const int64_t p0 = sg.cache->length(cache_layer) - sg.S;
+      for (int64_t i = 0; i < sg.S; ++i) pos[sg.row0 + i] = p0 + i;
+    }
+    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, pos, o.data()));
   } else {
     LookAhead(layer_id, a.data(), S);
     Mlp(lw.gate, lw.up, lw.down, a.data(), S, o.data());
@@ -464,41 +506,86 @@ absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h,
 }
 
 absl::StatusOr<ForwardResult> Model::Forward(std::span<const int32_t> ids, KvCache& cache, bool all_rows) const {
+  const BatchSeq one{ids, &cache, all_rows, true};
+  MOE_ASSIGN_OR_RETURN(std::vector<ForwardResult> r, ForwardBatch(std::span<const BatchSeq>(&one, 1)));
+  return std::move(r[0]);
+}
+
+absl::StatusOr<std::vector<ForwardResult>> Model::ForwardBatch(std::span<const BatchSeq> seqs) const {
   const ModelConfig& c = config_;
-  const int64_t S = static_cast<int64_t>(ids.size()), H = c.hidden_size, V = c.vocab_size;
-  if (S == 0) return absl::InvalidArgumentError("Forward: no tokens");
-  if (cache.num_layers() != c.num_hidden_layers) {
-    return absl::InvalidArgumentError("Forward: cache was made for a different model");
-  }
-  for (int64_t s = 0; s < S; ++s) {
-    if (ids[s] < 0 || ids[s] >= V) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[s], " at input position ", s,
-                                                     " is outside the vocabulary [0, ", V, ")"));
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  if (seqs.empty()) return absl::InvalidArgumentError("Forward: no sequences");
+  const bool many = seqs.size() > 1;
+  auto where = [&](size_t i) { return many ? absl::StrCat(" (batch sequence ", i, ")") : std::string(); };
+  // Validate every sequence before touching any cache.
+  std::vector<Seg> segs(seqs.size());
+  int64_t S = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const BatchSeq& q = seqs[i];
+    if (q.ids.empty()) return absl::InvalidArgumentError(absl::StrCat("Forward: no tokens", where(i)));
+    if (!q.cache) return absl::InvalidArgumentError(absl::StrCat("Forward: no cache", where(i)));
+    if (q.cache->num_layers() != c.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("Forward: cache was made for a different model", where(i)));
     }
-  }
-  const int64_t P0 = cache.length();
-  if (P0 + S > c.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat("sequence of ", P0 + S, " tokens exceeds the context length ",
-                                              c.max_position_embeddings, " (max_position_embeddings)"));
+    for (size_t j = 0; j < i; ++j) {
+      if (seqs[j].cache == q.cache) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Forward: batch sequences ", j, " and ", i, " share one KV cache"));
+      }
+    }
+    const int64_t n = static_cast<int64_t>(q.ids.size());
+    for (int64_t s = 0; s < n; ++s) {
+      if (q.ids[s] < 0 || q.ids[s] >= V) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", q.ids[s], " at input position ", s,
+                                                       " is outside the vocabulary [0, ", V, ")", where(i)));
+      }
+    }
+    const int64_t P0 = q.cache->length();
+    if (P0 + n > c.max_position_embeddings) {
+      return absl::OutOfRangeError(absl::StrCat("sequence of ", P0 + n, " tokens exceeds the context length ",
+                                                c.max_position_embeddings, " (max_position_embeddings)", where(i)));
+    }
+    segs[i].cache = q.cache;
+    segs[i].row0 = S;
+    segs[i].S = n;
+    S += n;
   }
   std::vector<float> h(S * H);
-  for (int64_t s = 0; s < S; ++s) DequantRow(weights_->embed.m, ids[s], h.data() + s * H);
-  Trace("embed", h.data(), S * H);
-  TopK topk;
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    MOE_RETURN_IF_ERROR(DecoderLayer(weights_->layers[l], l, h.data(), S, cache, l, topk));
+  for (const Seg& sg : segs) {
+    const BatchSeq& q = seqs[&sg - segs.data()];
+    for (int64_t s = 0; s < sg.S; ++s) DequantRow(weights_->embed.m, q.ids[s], h.data() + (sg.row0 + s) * H);
   }
-  for (int32_t id : ids) cache.tokens().push_back(id);
-  ForwardResult r;
-  const int64_t first = all_rows ? 0 : S - 1;
-  r.rows = S - first;
-  r.hidden.resize(r.rows * H);
-  RmsNorm(h.data() + first * H, r.rows, H, weights_->final_norm, c.rms_norm_eps, r.hidden.data());
-  r.logits.resize(r.rows * V);
-  LinearR(weights_->lm_head, r.hidden.data(), r.rows, r.logits.data());
-  Trace("final_norm", r.hidden.data(), r.rows * H);
-  Trace("logits", r.logits.data(), r.rows * V);
-  return r;
+  Trace("embed", h.data(), S * H);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    MOE_RETURN_IF_ERROR(DecoderLayer(weights_->layers[l], l, h.data(), S, std::span<Seg>(segs), l));
+  }
+  for (const BatchSeq& q : seqs) {
+    for (int32_t id : q.ids) q.cache->tokens().push_back(id);
+  }
+  // Final norm + LM head once over the rows that want logits.
+  std::vector<int64_t> rows;
+  std::vector<ForwardResult> out(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].logits) continue;
+    const int64_t first = seqs[i].all_rows ? 0 : segs[i].S - 1;
+    out[i].rows = segs[i].S - first;
+    for (int64_t s = first; s < segs[i].S; ++s) rows.push_back(segs[i].row0 + s);
+  }
+  const int64_t R = static_cast<int64_t>(rows.size());
+  if (R == 0) return out;
+  std::vector<float> x(R * H), hid(R * H), lg(R * V);
+  for (int64_t r = 0; r < R; ++r) std::memcpy(x.data() + r * H, h.data() + rows[r] * H, H * sizeof(float));
+  RmsNorm(x.data(), R, H, weights_->final_norm, c.rms_norm_eps, hid.data());
+  LinearR(weights_->lm_head, hid.data(), R, lg.data());
+  Trace("final_norm", hid.data(), R * H);
+  Trace("logits", lg.data(), R * V);
+  int64_t r0 = 0;
+  for (ForwardResult& fr : out) {
+    fr.hidden.assign(hid.begin() + r0 * H, hid.begin() + (r0 + fr.rows) * H);
+    fr.logits.assign(lg.begin() + r0 * V, lg.begin() + (r0 + fr.rows) * V);
+    r0 += fr.rows;
+  }
+  return out;
 }
 
 absl::StatusOr<MtpResult> Model::MtpForward(std::span<const float> hidden, std::span<const int32_t> next_ids,
@@ -525,8 +612,10 @@ absl::StatusOr<MtpResult> Model::MtpForward(std::span<const float> hidden, std::
     std::memcpy(cat.data() + s * 2 * H + H, hn.data() + s * H, H * sizeof(float));
   }
   LinearR(m.eh_proj, cat.data(), S, z.data());
-  TopK topk;
-  MOE_RETURN_IF_ERROR(DecoderLayer(m.layer, c.num_hidden_layers, z.data(), S, mtp_cache, 0, topk));
+  Seg seg;
+  seg.cache = &mtp_cache;
+  seg.S = S;
+  MOE_RETURN_IF_ERROR(DecoderLayer(m.layer, c.num_hidden_layers, z.data(), S, std::span<Seg>(&seg, 1), 0));
   MtpResult r;
   r.rows = S;
   r.out = z;

@@ -58,6 +58,16 @@ struct ForwardResult {
   std::vector<float> hidden;   // rows x hidden, final-normed (MTP input)
 };
 
+// One sequence's part of a batched forward (Model::ForwardBatch): its new
+// tokens, its own KV cache (positions continue at cache->length()), and which
+// rows need logits.
+struct BatchSeq {
+  std::span<const int32_t> ids;
+  KvCache* cache = nullptr;
+  bool all_rows = false;  // logits of every row, else of the last row only
+  bool logits = true;     // false: no logits/hidden at all (a prefill chunk that ends no prompt)
+};
+
 struct MtpResult {
   int64_t rows = 0;
   std::vector<float> logits;  // rows x vocab
@@ -89,6 +99,20 @@ class Model {
   // the vocabulary, positions beyond max_position_embeddings, expert fetch.
   absl::StatusOr<ForwardResult> Forward(std::span<const int32_t> ids, KvCache& cache, bool all_rows) const;
 
+  // Continuous batching: ONE forward over the rows of several sequences
+  // (decode rows and prefill chunks alike), each appended to its own cache at
+  // its own positions. Every dense/attention projection, router and the LM
+  // head run once over all rows; attention runs per sequence on its cache;
+  // each distinct routed expert of a layer is fetched once for the whole
+  // batch and applied to every row routed to it. Result i belongs to seqs[i]
+  // (rows = 0 when !seqs[i].logits). Batch invariance: result i is bit-
+  // identical to Forward(seqs[i].ids, *seqs[i].cache, all_rows) alone.
+  // Errors (checked for every sequence before any cache is touched): empty
+  // ids, null or repeated cache, cache of another model, id outside the
+  // vocabulary, positions past max_position_embeddings (message names the
+  // sequence index); expert fetch errors fail the whole batch.
+  absl::StatusOr<std::vector<ForwardResult>> ForwardBatch(std::span<const BatchSeq> seqs) const;
+
   // MTP layer over slots: row j takes hidden[j] (main model's final-normed
   // hidden state, or a previous MTP `out` for recursive drafts) and
   // next_ids[j], at positions mtp_cache.length() + j.
@@ -97,13 +121,21 @@ class Model {
 
  private:
   struct TopK;
-  absl::Status DecoderLayer(const LayerWeights& lw, int layer_id, float* h, int64_t S, KvCache& cache,
-                            int cache_layer, TopK& topk) const;
-  void Attention(const LayerWeights& lw, const float* a, int64_t S, KvCache& cache, int cache_layer, TopK& topk,
+  struct Seg;  // one sequence's rows [row0, row0 + S) of a batch, its cache and DSA top-k state
+  // S = total rows of all segments.
+  absl::Status DecoderLayer(const LayerWeights& lw, int layer_id, float* h, int64_t S, std::span<Seg> segs,
+                            int cache_layer) const;
+  void Attention(const LayerWeights& lw, const float* a, int64_t S, std::span<Seg> segs, int cache_layer,
                  float* out) const;
-  void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, int64_t P0, KvCache& cache,
-               int cache_layer, TopK& topk) const;
-  absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, int64_t pos0, float* out) const;
+  // Per-sequence attention core over the seg's rows (q: its rows of the
+  // projected queries; attn: its rows of the attention output).
+  void AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, int64_t P0, int cache_layer, bool trace,
+                 float* attn) const;
+  void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, std::span<Seg> segs,
+               std::span<const int64_t> P0s, int cache_layer) const;
+  // pos[s]: sequence position of row s (the route tap reports it).
+  absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, std::span<const int64_t> pos,
+                   float* out) const;
   // Top-k routed experts of one row's router logits (sc: sigmoid scores, E).
   std::vector<int> Route(const LayerWeights& lw, const float* logits, float* sc) const;
   // Sends HintAhead for the next MoE layer's predicted experts (decode and

@@ -158,6 +158,7 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
     info.prefix_cache_hit_tokens = stats.prefix_cache_hit_tokens();
     info.max_steps_after_cancel = stats.max_steps_after_cancel();
     info.cancelled = stats.cancelled();
+    info.expert_fetches = stats.expert_fetches();
   }
   return info;
 }

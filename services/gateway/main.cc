@@ -20,6 +20,7 @@
 #include "services/gateway/grpc_worker.h"
 #include "services/gateway/http_server.h"
 #include "services/gateway/text_codec_model.h"
+#include "services/gateway/vocab_check.h"
 
 namespace {
 
@@ -100,14 +101,12 @@ int Main(int argc, char** argv) {
   int64_t ctx = max_model_len;
   for (const auto& w : scheduler.Snapshot()) {
     if (w.alive && max_model_len == 0 && (ctx == 0 || w.info.max_context < ctx)) ctx = w.info.max_context;
-    // A tokenizer whose ids the model does not have would fail every request: refuse to start.
-    if (w.alive && w.info.vocab_size > 0 && w.info.vocab_size < codec->vocab_size()) {
-      auto why = absl::InvalidArgumentError(absl::StrCat(
-          "the tokenizer (", tokenizer, ") has ", codec->vocab_size(), " token ids but worker ", w.name,
-          " serves a model with a vocabulary of ", w.info.vocab_size, ": they do not belong together"));
-      if (tokenizer != "byte") return fail(why);
-      MOE_LOG(WARNING) << why.message() << " (byte codec: only token-id prompts below it will work)";
-    }
+  }
+  // A tokenizer whose ids the model does not have would fail every request: refuse to start.
+  if (absl::Status fit = CheckTokenizerFitsWorkers(tokenizer, codec->vocab_size(), scheduler.Snapshot());
+      !fit.ok()) {
+    if (tokenizer != "byte") return fail(fit);
+    MOE_LOG(WARNING) << fit.message() << " (byte codec: only token-id prompts below it will work)";
   }
   if (ctx <= 0) {
     return fail(absl::UnavailableError(absl::StrCat("no worker answered within ", startup_wait_s,

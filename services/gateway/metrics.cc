@@ -56,6 +56,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                    .Help("Prompt tokens served from the prefix KV cache, per worker")
                    .Register(*registry_);
   w_steps_ = &BuildGauge().Name("moe_worker_steps").Help("Engine steps run by each worker").Register(*registry_);
+  w_fetches_ = &BuildGauge()
+                    .Name("moe_worker_expert_fetches")
+                    .Help("Routed-expert fetches of each worker (one per distinct expert per layer per step)")
+                    .Register(*registry_);
   w_cancel_late_ = &BuildGauge()
                         .Name("moe_worker_max_steps_after_cancel")
                         .Help("Most steps a cancelled sequence took part in after its cancel (0 = in time)")
@@ -83,6 +87,7 @@ std::string Metrics::Render(const AdmissionController* admission, const Schedule
       w_hit_->Add(l).Set(w.info.expert_hit_rate);
       w_prefix_->Add(l).Set(static_cast<double>(w.info.prefix_cache_hit_tokens));
       w_steps_->Add(l).Set(static_cast<double>(w.info.steps));
+      w_fetches_->Add(l).Set(static_cast<double>(w.info.expert_fetches));
       w_cancel_late_->Add(l).Set(static_cast<double>(w.info.max_steps_after_cancel));
       Rate& r = rates_[w.name];
       double dt = std::chrono::duration<double>(now - r.at).count();

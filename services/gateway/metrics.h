@@ -11,7 +11,8 @@
 //   moe_worker_active_sequences{worker}, moe_worker_up{worker},
 //   moe_worker_tokens_total{worker}, moe_worker_tokens_per_second{worker},
 //   moe_worker_expert_hit_rate{worker}, moe_worker_prefix_cache_hit_tokens{worker}
-//   moe_worker_steps{worker}, moe_worker_max_steps_after_cancel{worker} (from the worker's Stats)
+//   moe_worker_steps{worker}, moe_worker_max_steps_after_cancel{worker},
+//   moe_worker_expert_fetches{worker} (from the worker's Stats)
 //   moe_cancelled_sequences_total       counter (client disconnects, stops)
 // Thread safety: all methods are thread-safe (prometheus-cpp metrics are).
 #pragma once
@@ -63,6 +64,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* w_hit_;
   prometheus::Family<prometheus::Gauge>* w_prefix_;
   prometheus::Family<prometheus::Gauge>* w_steps_;
+  prometheus::Family<prometheus::Gauge>* w_fetches_;
   prometheus::Family<prometheus::Gauge>* w_cancel_late_;
 
   std::mutex mu_;  // rate computation state

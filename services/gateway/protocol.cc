@@ -334,7 +334,7 @@ Err ParseTools(const json& o, ChatRequest* r) {
       }
       names.push_back(name->get<std::string>());
     }
-    if (!it->empty()) r->tools = *it;
+    if (!it->empty()) r->tools = nlohmann::ordered_json::array();  // filled in key order by ParseChatRequest
   }
   r->tool_choice = r->tools.is_null() ? "none" : "auto";
   auto tc = o.find("tool_choice");
@@ -404,6 +404,11 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLi
   if (auto e = ParseCommon(o, limits, /*chat=*/true, &out->common)) return e;
   if (auto e = ParseTools(o, out)) return e;
   if (auto e = ParseTemplateKwargs(o, out)) return e;
+  if (!out->tools.is_null()) {
+    // Validated above on the (key-sorted) json; keep the client's key order.
+    auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+    out->tools = ordered["tools"];
+  }
   return std::nullopt;
 }
 

@@ -57,7 +57,10 @@ struct ChatMessage {
 struct ChatRequest {
   CommonRequest common;
   std::vector<ChatMessage> messages;
-  nlohmann::json tools;        // validated array of {type:function, function:{name,...}} or null
+  // Validated array of {type:function, function:{name,...}} or null, in the
+  // client's key order (the chat template renders it; a model was trained on
+  // definitions in the order people write them, not sorted).
+  nlohmann::ordered_json tools;
   std::string tool_choice;     // "none", "auto", "required", or a function name
   bool tool_choice_named = false;
   // chat_template_kwargs (vLLM/SGLang convention): GLM thinking on/off and

@@ -76,7 +76,7 @@ absl::StatusOr<std::string> ModelTextCodec::Render(const ChatRequest& request) c
     }
     r.messages.push_back(std::move(t));
   }
-  if (!request.tools.is_null() && request.tool_choice != "none") r.tools = ojson::parse(request.tools.dump());
+  if (!request.tools.is_null() && request.tool_choice != "none") r.tools = request.tools;
   r.add_generation_prompt = true;
   r.enable_thinking = request.enable_thinking;
   r.clear_thinking = request.clear_thinking;
@@ -127,7 +127,7 @@ class GlmParser final : public OutputParser {
 
 std::unique_ptr<OutputParser> ModelTextCodec::NewChatParser(const ChatRequest& request) const {
   if (format_ != text::ChatFormat::kGlm) return std::make_unique<PlainOutputParser>();
-  ojson tools = (!request.tools.is_null() && request.tool_choice != "none") ? ojson::parse(request.tools.dump())
+  ojson tools = (!request.tools.is_null() && request.tool_choice != "none") ? request.tools
                                                                              : ojson(nullptr);
   // With thinking on the GLM generation prompt ends with "<think>", so output
   // starts in reasoning; with it off the prompt ends with "</think>".

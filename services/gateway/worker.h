@@ -91,6 +91,7 @@ struct WorkerInfo {
   int64_t prefix_cache_hit_tokens = 0;
   int64_t max_steps_after_cancel = 0;  // worker-side cancellation check (0 = always in time)
   int64_t cancelled = 0;
+  int64_t expert_fetches = 0;  // routed-expert fetches (one per distinct expert per step when batched)
 };
 
 class Worker {

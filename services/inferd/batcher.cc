@@ -180,7 +180,14 @@ void Batcher::Loop() {
       stats_.prefill_tokens += prefill_rows;
       stats_.max_batch_rows = std::max<int64_t>(stats_.max_batch_rows, static_cast<int64_t>(items.size()));
     }
+    const int64_t fetches0 = model_->expert_fetches();
     absl::Status st = model_->Forward(items);
+    if (fetches0 >= 0) {
+      const int64_t d = model_->expert_fetches() - fetches0;
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.expert_fetches += d;
+      stats_.last_step_expert_fetches = d;
+    }
     if (!st.ok()) {
       MOE_LOG(ERROR) << "step failed: " << st.ToString();
       std::lock_guard<std::mutex> lock(mu_);

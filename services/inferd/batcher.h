@@ -84,6 +84,10 @@ struct BatcherStats {
   int64_t cancelled = 0;
   int64_t max_steps_after_cancel = 0;
   int64_t max_batch_rows = 0;
+  // Routed-expert fetches of all steps / of the last step (model reports
+  // them; 0 when it does not). One per distinct (layer, expert) per step.
+  int64_t expert_fetches = 0;
+  int64_t last_step_expert_fetches = 0;
 };
 
 class Batcher {

@@ -48,20 +48,38 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::Clone(const SeqState& sta
 }
 
 absl::Status EngineModel::Forward(std::span<Item> items) {
+  if (items.empty()) return absl::OkStatus();
   const int64_t V = vocab_size();
-  for (auto& it : items) {
-    auto* st = static_cast<EngineState*>(it.state);
-    MOE_ASSIGN_OR_RETURN(ForwardResult r, engine_->model().Forward(it.tokens, st->cache, /*all_rows=*/false));
-    if (it.logits) {
-      if (r.rows < 1 || static_cast<int64_t>(r.logits.size()) < V) {
-        return absl::InternalError("engine returned no logits row");
-      }
-      std::memcpy(it.logits, r.logits.data() + (r.rows - 1) * V, sizeof(float) * V);
+  std::vector<BatchSeq> batch(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    batch[i].ids = items[i].tokens;
+    batch[i].cache = &static_cast<EngineState*>(items[i].state)->cache;
+    batch[i].all_rows = false;
+    batch[i].logits = items[i].logits != nullptr;
+  }
+  // One forward over every item's rows: each weight matrix and each distinct
+  // routed expert is read once for the whole step.
+  std::vector<ForwardResult> r;
+  if (batched_forward_) {
+    MOE_ASSIGN_OR_RETURN(r, engine_->model().ForwardBatch(batch));
+  } else {
+    for (const BatchSeq& b : batch) {
+      MOE_ASSIGN_OR_RETURN(std::vector<ForwardResult> one, engine_->model().ForwardBatch(std::span(&b, 1)));
+      r.push_back(std::move(one[0]));
     }
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].logits) continue;
+    if (r[i].rows < 1 || static_cast<int64_t>(r[i].logits.size()) < V) {
+      return absl::InternalError("engine returned no logits row");
+    }
+    std::memcpy(items[i].logits, r[i].logits.data() + (r[i].rows - 1) * V, sizeof(float) * V);
   }
   return absl::OkStatus();
 }
 
-double EngineModel::expert_hit_rate() const { return engine_->experts().Stats().HitRate(); }
+int64_t EngineModel::expert_fetches() const { return engine_->expert_source().Stats().gets; }
+
+double EngineModel::expert_hit_rate() const { return engine_->expert_source().Stats().HitRate(); }
 
 }  // namespace moe::inferd

@@ -1,13 +1,13 @@
 // SequenceModel over the project's engine (common/model): one moe::Engine
 // (resident weights + in-process expert store), one KvCache per sequence.
 //
-// Forward runs the step's items one after another through Model::Forward
-// (each item: its tokens at its cache's next positions, last-row logits).
-// The engine has no multi-sequence forward yet, so the decode rows of a step
-// are not fused into one matmul per layer; the step structure (chunked
-// prefill interleaved with decode, cancellation between steps, prefix reuse)
-// is the batcher's and does not change when a fused forward lands here.
-// Batch invariance holds: every item is computed on its own.
+// Forward runs ALL of a step's items (decode rows and prefill chunks of
+// different sequences) as one Model::ForwardBatch: every dense/attention
+// matmul, router and the LM head run once over all rows, attention runs per
+// sequence on its own cache, and each distinct routed expert of a layer is
+// fetched once per step and applied to every row routed to it. Only items
+// that sample get an LM-head row. Batch invariance: a row's result does not
+// depend on the other rows (tests/model/batch_forward_test.cc).
 // Clone copies a KvCache and truncates it (prefix reuse).
 // Thread safety: called from the batcher thread only.
 #pragma once
@@ -32,11 +32,16 @@ class EngineModel final : public SequenceModel {
   absl::StatusOr<std::unique_ptr<SeqState>> Clone(const SeqState& state, int64_t n) override;
   absl::Status Forward(std::span<Item> items) override;
   double expert_hit_rate() const override;
+  int64_t expert_fetches() const override;
+  // false: each item of a step runs its own forward (the unfused baseline
+  // that benchmarks compare against; same tokens, more weight/expert reads).
+  void set_batched_forward(bool on) { batched_forward_ = on; }
 
  private:
   std::unique_ptr<Engine> engine_;
   std::string name_;
   int64_t max_context_ = 0;
+  bool batched_forward_ = true;
 };
 
 }  // namespace moe::inferd

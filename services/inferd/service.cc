@@ -137,6 +137,8 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
   reply->set_max_steps_after_cancel(s.max_steps_after_cancel);
   reply->set_expert_hit_rate(std::max(0.0, model_->expert_hit_rate()));
   reply->set_max_batch_rows(s.max_batch_rows);
+  reply->set_expert_fetches(s.expert_fetches);
+  reply->set_last_step_expert_fetches(s.last_step_expert_fetches);
   return grpc::Status::OK;
 }
 

@@ -56,6 +56,29 @@ TEST(GatewayModelCodec, RendersGlmChatWithToolsAndToolResults) {
   EXPECT_NE(std::string(pb.status().message()).find("not valid JSON"), std::string::npos);
 }
 
+// Tool definitions reach the template in the client's key order, not sorted.
+TEST(GatewayModelCodec, ToolDefinitionsKeepTheClientsKeyOrder) {
+  auto c = Codec();
+  ASSERT_TRUE(c);
+  auto req = Parse(
+      R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":)"
+      R"({"name":"zz_lookup","parameters":{"type":"object","properties":{"zeta":{"type":"string"},)"
+      R"("alpha":{"type":"integer"}},"required":["zeta"]},"description":"Looks up."}}]})");
+  ASSERT_TRUE(req.tools.is_array());
+  auto prompt = c->Render(req);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  const std::string& p = *prompt;
+  const size_t name = p.find("\"name\""), params = p.find("\"parameters\""), desc = p.find("\"description\"");
+  const size_t zeta = p.find("\"zeta\""), alpha = p.find("\"alpha\""), type = p.find("\"type\": \"object\"");
+  const size_t props = p.find("\"properties\""), req_key = p.find("\"required\"");
+  for (size_t pos : {name, params, desc, zeta, alpha, type, props, req_key}) ASSERT_NE(pos, std::string::npos) << p;
+  EXPECT_LT(name, params) << p;
+  EXPECT_LT(params, desc) << p;  // sorted would put description first
+  EXPECT_LT(zeta, alpha) << p;   // sorted would put alpha first
+  EXPECT_LT(type, props) << p;
+  EXPECT_LT(props, req_key) << p;
+}
+
 TEST(GatewayModelCodec, ParsesReasoningAndToolCallsWhileStreaming) {
   auto c = Codec();
   ASSERT_TRUE(c);

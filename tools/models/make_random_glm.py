@@ -113,6 +113,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=None, help="hidden_size (default: the base config's)")
     ap.add_argument("--round-to", type=int, default=64, help="round vocab_size up to a multiple of this")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="override a config field (e.g. --set n_routed_experts=64); repeatable. For bigger "
+                         "benchmark models; the default model is made without it")
     args = ap.parse_args()
 
     cfg = json.load(open(BASE_CONFIG, encoding="utf-8"))
@@ -124,6 +127,11 @@ def main():
     cfg["pad_token_id"] = ids["<|endoftext|>"]
     if args.hidden:
         cfg["hidden_size"] = args.hidden
+    for kv in args.set:
+        key, sep, val = kv.partition("=")
+        if not sep or key not in cfg:
+            sys.exit(f"--set {kv}: expected KEY=JSON with KEY one of the config's fields")
+        cfg[key] = json.loads(val)
     cfg.pop("transformers_version", None)
 
     rng = np.random.default_rng(args.seed)

@@ -12,6 +12,7 @@
 namespace moe::cli {
 
 // Declarations of the targets implemented in cmd_bench_*.cc (keep sorted).
+int RunBenchBatch(int argc, char** argv);
 int RunBenchCache(int argc, char** argv);
 int RunBenchConvert(int argc, char** argv);
 int RunBenchE2e(int argc, char** argv);
@@ -27,6 +28,7 @@ struct BenchTarget {
   int (*run)(int argc, char** argv);  // argv[0] is the target name
 };
 const BenchTarget kTargets[] = {
+    {"batch", "engine: one fused decode step for S sequences vs S separate forwards", RunBenchBatch},
     {"cache", "expertd policy: LRU vs ours vs Belady hit rates on a routing trace", RunBenchCache},
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
     {"e2e", "expert path of decode steps through expertd on a moe synth slice vs disk/compute floors", RunBenchE2e},

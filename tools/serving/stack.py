@@ -1,5 +1,8 @@
 """Starts and stops a local serving stack for tests and the load tool:
-N inferd workers (unix sockets in a temp dir) + one gateway on 127.0.0.1.
+[expertd +] N inferd workers (unix sockets in a temp dir) + one gateway on
+127.0.0.1. With `expertd_model` (a converted container) one expertd owns the
+routed experts and every worker gets them from it (--expertd); the workers
+must then run the engine-backed inferd over the same container.
 
 All traffic stays on loopback / unix sockets. Every wait is bounded; every
 process started here is stopped (SIGTERM, then SIGKILL after a timeout) by
@@ -17,7 +20,7 @@ import urllib.request
 
 class Stack:
     def __init__(self, build_dir, workers=2, worker_bin=None, worker_args=(), gateway_args=(),
-                 startup_timeout=30.0):
+                 startup_timeout=30.0, expertd_model=None, expertd_budget="16M"):
         self.build_dir = build_dir
         self.tmp = tempfile.mkdtemp(prefix="moe-serving-")
         self.procs = []
@@ -25,12 +28,24 @@ class Stack:
         self.port = None
         worker_bin = worker_bin or os.path.join(build_dir, "tests/inferd/inferd_toy")
         socks = []
+        self.expertd_sock = None
         try:
+            deadline = time.time() + startup_timeout
+            if expertd_model:
+                self.expertd_sock = os.path.join(self.tmp, "expertd.sock")
+                self._spawn("expertd", [os.path.join(build_dir, "services/expertd/expertd"),
+                                        f"--model={expertd_model}", f"--socket={self.expertd_sock}",
+                                        f"--budget={expertd_budget}"])
+                while not os.path.exists(self.expertd_sock):
+                    self._check_alive()
+                    if time.time() > deadline:
+                        raise RuntimeError("expertd did not create its socket in time:\n" + self.log_tail())
+                    time.sleep(0.05)
+                worker_args = [*worker_args, f"--expertd=unix:{self.expertd_sock}"]
             for i in range(workers):
                 sock = os.path.join(self.tmp, f"inferd{i}.sock")
                 socks.append(sock)
                 self._spawn(f"inferd{i}", [worker_bin, f"--listen=unix:{sock}", *worker_args])
-            deadline = time.time() + startup_timeout
             while not all(os.path.exists(s) for s in socks):
                 self._check_alive()
                 if time.time() > deadline:
@@ -84,7 +99,7 @@ class Stack:
         return "\n".join(out)
 
     def kill_worker(self, i):
-        name, p = self.procs[i]
+        name, p = [x for x in self.procs if x[0].startswith("inferd")][i]
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=10)
 

@@ -1,0 +1,266 @@
+// Model::ForwardBatch (continuous batching in the engine): several sequences,
+// each with its own KV cache and position, in ONE forward per step, decode
+// rows mixed with prefill chunks of other sequences.
+//  - Greedy tokens AND the sampled rows' logits of every sequence are bit-
+//    identical to the sequence run alone, for several batch compositions
+//    (staggered arrivals), prefill chunk sizes, both numerics, both model
+//    types, and integer-format weights through common/kernels.
+//  - Each distinct routed expert of a layer is fetched once per step: the
+//    step's Gets are exactly the union of what each sequence fetches alone.
+//  - Bad batches (shared cache, bad id, past the context) fail before any
+//    cache is touched, naming the sequence.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "common/format/safetensors.h"
+#include "common/model/engine.h"
+#include "tests/model/tiny_checkpoint.h"
+
+namespace moe {
+namespace {
+
+using testing::TinySpec;
+using testing::WriteTinyCheckpoint;
+
+std::string Dir(const std::string& name) {
+  return std::string(MOE_BINARY_DIR) + "/tests/model/batch_" + name;
+}
+
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {5, 17, 3, 88, 42, 42, 7, 61, 19, 2, 33},
+    {71, 9},
+    {14, 50, 23, 8, 90, 1, 64, 12, 30, 44, 45, 46, 47, 3, 3, 3, 81},
+    {60},
+};
+constexpr int kGen = 8;
+
+struct GenRun {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;  // the row each token was sampled from
+};
+
+// One sequence alone: whole prompt, then one token per forward.
+GenRun Alone(const Model& m, const std::vector<int32_t>& prompt) {
+  const int64_t V = m.config().vocab_size;
+  KvCache cache = KvCache::ForModel(m.config(), KvDtype::kF32);
+  GenRun out;
+  auto r = m.Forward(prompt, cache, false);
+  while (r.ok() && static_cast<int>(out.tokens.size()) < kGen) {
+    out.logits.emplace_back(r->logits.begin(), r->logits.begin() + V);
+    out.tokens.push_back(Argmax(r->logits.data(), V));
+    std::vector<int32_t> one{out.tokens.back()};
+    r = m.Forward(one, cache, false);
+  }
+  EXPECT_TRUE(r.ok()) << r.status();
+  return out;
+}
+
+// All prompts through ForwardBatch: sequence i arrives at step arrive[i];
+// prompts are fed in chunks of `chunk` tokens, interleaved with the other
+// sequences' decode rows; one ForwardBatch per step.
+std::vector<GenRun> Batched(const Model& m, const std::vector<int>& arrive, int64_t chunk, int* max_seqs_in_step) {
+  const int64_t V = m.config().vocab_size;
+  const size_t N = kPrompts.size();
+  std::vector<KvCache> caches;
+  for (size_t i = 0; i < N; ++i) caches.push_back(KvCache::ForModel(m.config(), KvDtype::kF32));
+  std::vector<GenRun> out(N);
+  std::vector<int64_t> fed(N, 0);
+  *max_seqs_in_step = 0;
+  for (int step = 0; step < 200; ++step) {
+    std::vector<BatchSeq> batch;
+    std::vector<size_t> who;
+    std::vector<std::vector<int32_t>> ids(N);
+    for (size_t i = 0; i < N; ++i) {
+      if (step < arrive[i] || static_cast<int>(out[i].tokens.size()) == kGen) continue;
+      const int64_t P = static_cast<int64_t>(kPrompts[i].size());
+      bool samples = true;
+      if (fed[i] < P) {
+        const int64_t n = std::min(chunk, P - fed[i]);
+        ids[i].assign(kPrompts[i].begin() + fed[i], kPrompts[i].begin() + fed[i] + n);
+        fed[i] += n;
+        samples = fed[i] == P;
+      } else {
+        ids[i] = {out[i].tokens.back()};
+      }
+      batch.push_back(BatchSeq{ids[i], &caches[i], false, samples});
+      who.push_back(i);
+    }
+    if (batch.empty()) {
+      bool all_done = true;
+      for (size_t i = 0; i < N; ++i) all_done = all_done && static_cast<int>(out[i].tokens.size()) == kGen;
+      if (all_done) break;
+      continue;
+    }
+    *max_seqs_in_step = std::max(*max_seqs_in_step, static_cast<int>(batch.size()));
+    auto r = m.ForwardBatch(batch);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    for (size_t k = 0; k < who.size(); ++k) {
+      const ForwardResult& fr = (*r)[k];
+      if (!batch[k].logits) {
+        EXPECT_EQ(fr.rows, 0);
+        continue;
+      }
+      EXPECT_EQ(fr.rows, 1);
+      GenRun& o = out[who[k]];
+      o.logits.emplace_back(fr.logits.begin(), fr.logits.begin() + V);
+      o.tokens.push_back(Argmax(fr.logits.data(), V));
+    }
+  }
+  return out;
+}
+
+class BatchForward : public ::testing::TestWithParam<bool> {  // param: glm (else deepseek_v3)
+ protected:
+  void SetUp() override {
+    spec_.glm = GetParam();
+    dir_ = Dir(spec_.glm ? "glm" : "dsv3");
+    WriteTinyCheckpoint(dir_, spec_);
+  }
+  TinySpec spec_;
+  std::string dir_;
+};
+
+TEST_P(BatchForward, EverySequenceMatchesItselfAloneBitForBit) {
+  struct Case {
+    Numerics num;
+    std::optional<QFormat> quant;  // dense + experts re-stored in an integer format (kernels path)
+  };
+  for (const Case& cs : {Case{Numerics::kHfBf16, std::nullopt}, Case{Numerics::kF32, std::nullopt},
+                         Case{Numerics::kHfBf16, QFormat::kQ4G32}}) {
+    EngineConfig ec;
+    ec.numerics = cs.num;
+    ec.dense_format = cs.quant;
+    ec.expert_format = cs.quant;
+    auto e = Engine::Open(dir_, ec);
+    ASSERT_TRUE(e.ok()) << e.status();
+    const Model& m = (*e)->model();
+    std::vector<GenRun> ref;
+    for (const auto& p : kPrompts) ref.push_back(Alone(m, p));
+    struct Comp {
+      std::vector<int> arrive;
+      int64_t chunk;
+    };
+    for (const Comp& comp : {Comp{{0, 0, 0, 0}, 1}, Comp{{0, 0, 0, 0}, 4}, Comp{{0, 2, 3, 9}, 3},
+                             Comp{{5, 0, 1, 1}, 64}, Comp{{0, 1, 2, 3}, 7}}) {
+      int widest = 0;
+      std::vector<GenRun> got = Batched(m, comp.arrive, comp.chunk, &widest);
+      EXPECT_GE(widest, 2);
+      for (size_t i = 0; i < kPrompts.size(); ++i) {
+        const std::string what = absl::StrCat("seq ", i, " chunk ", comp.chunk, " numerics ",
+                                              static_cast<int>(cs.num), " quant ", cs.quant.has_value());
+        EXPECT_EQ(got[i].tokens, ref[i].tokens) << what;
+        ASSERT_EQ(got[i].logits.size(), ref[i].logits.size()) << what;
+        for (size_t t = 0; t < ref[i].logits.size(); ++t) {
+          EXPECT_EQ(std::memcmp(got[i].logits[t].data(), ref[i].logits[t].data(),
+                                ref[i].logits[t].size() * sizeof(float)),
+                    0)
+              << what << " token " << t;
+        }
+      }
+    }
+  }
+}
+
+// Records every Get, per step.
+class RecordingSource : public ExpertSource {
+ public:
+  explicit RecordingSource(ExpertSource* inner) : inner_(inner) {}
+  absl::StatusOr<ExpertLease> Get(int layer, int expert) override {
+    std::lock_guard<std::mutex> l(mu_);
+    gets.push_back({layer, expert});
+    return inner_->Get(layer, expert);
+  }
+  ExpertSourceStats Stats() const override { return inner_->Stats(); }
+  std::vector<std::pair<int, int>> gets;
+
+ private:
+  std::mutex mu_;
+  ExpertSource* inner_;
+};
+
+TEST_P(BatchForward, EachDistinctExpertFetchedOncePerLayerPerStep) {
+  auto e = Engine::Open(dir_, EngineConfig{});
+  ASSERT_TRUE(e.ok()) << e.status();
+  RecordingSource rec(&(*e)->experts());
+  auto ck = OpenCheckpoint(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  auto w = LoadResidentWeights(**ck, (*e)->config());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto m = std::make_unique<Model>((*e)->config(), std::move(*w), &rec, (*e)->model().options());
+  // Bring four sequences to different positions, then compare one batched
+  // step (two decode rows + two prefill chunks) with the same rows alone.
+  std::vector<KvCache> caches;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    caches.push_back(KvCache::ForModel(m->config(), KvDtype::kF32));
+    if (i % 2 == 0) {
+      ASSERT_TRUE(m->Forward(kPrompts[i], caches[i], false).ok());
+    }
+  }
+  const std::vector<std::vector<int32_t>> rows = {{7}, {71, 9}, {40}, {60}};
+  std::set<std::pair<int, int>> union_alone;
+  size_t gets_alone = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    KvCache c = caches[i];
+    rec.gets.clear();
+    ASSERT_TRUE(m->Forward(rows[i], c, false).ok());
+    gets_alone += rec.gets.size();
+    union_alone.insert(rec.gets.begin(), rec.gets.end());
+  }
+  std::vector<BatchSeq> batch;
+  for (size_t i = 0; i < rows.size(); ++i) batch.push_back(BatchSeq{rows[i], &caches[i], false, true});
+  rec.gets.clear();
+  ASSERT_TRUE(m->ForwardBatch(batch).ok());
+  std::set<std::pair<int, int>> batch_set(rec.gets.begin(), rec.gets.end());
+  EXPECT_EQ(rec.gets.size(), batch_set.size()) << "an expert was fetched twice in one step";
+  EXPECT_EQ(batch_set, union_alone);
+  // 5 rows x top-2 of 8 experts over 2 MoE layers: rows share experts.
+  EXPECT_LT(rec.gets.size(), gets_alone);
+}
+
+TEST_P(BatchForward, BadBatchFailsBeforeTouchingAnyCache) {
+  auto e = Engine::Open(dir_, EngineConfig{});
+  ASSERT_TRUE(e.ok()) << e.status();
+  const Model& m = (*e)->model();
+  KvCache a = (*e)->NewCache(), b = (*e)->NewCache();
+  const std::vector<int32_t> good = {1, 2, 3}, bad = {4, 97};
+  {
+    std::vector<BatchSeq> batch = {{good, &a}, {bad, &b}};
+    auto r = m.ForwardBatch(batch);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("batch sequence 1"), absl::string_view::npos) << r.status();
+    EXPECT_NE(r.status().message().find("97"), absl::string_view::npos) << r.status();
+  }
+  {
+    std::vector<BatchSeq> batch = {{good, &a}, {good, &a}};
+    auto r = m.ForwardBatch(batch);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("share one KV cache"), absl::string_view::npos) << r.status();
+  }
+  {
+    const std::vector<int32_t> empty;
+    std::vector<BatchSeq> batch = {{good, &a}, {empty, &b}};
+    EXPECT_FALSE(m.ForwardBatch(batch).ok());
+    EXPECT_FALSE(m.ForwardBatch({}).ok());
+  }
+  {
+    std::vector<int32_t> longp(spec_.max_pos + 1, 3);
+    std::vector<BatchSeq> batch = {{good, &a}, {longp, &b}};
+    auto r = m.ForwardBatch(batch);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange);
+  }
+  EXPECT_EQ(a.length(), 0);
+  EXPECT_EQ(b.length(), 0);
+  EXPECT_TRUE(a.tokens().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchForward, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "glm" : "deepseek_v3"; });
+
+}  // namespace
+}  // namespace moe

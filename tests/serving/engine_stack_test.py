@@ -1,0 +1,126 @@
+"""The stack as it is deployed, on the real engine: expertd + 2 inferd workers
+(the `inferd` binary over a converted container, routed experts from the shared
+expertd) + the gateway with the model's tokenizer. Loopback/unix sockets only.
+
+  - Every answer is identical to the same request served by one inferd with
+    its in-process expert store (greedy and seeded sampling, chat and
+    completions, requests sent concurrently so the workers batch them).
+  - expertd really served both workers (two sessions, reads/hits counted).
+  - The gateway refuses to start with a tokenizer larger than the model's
+    vocabulary, naming both numbers.
+
+Usage: engine_stack_test.py BUILD_DIR SOURCE_DIR
+"""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "serving"))
+from stack import Stack  # noqa: E402
+
+BUILD = sys.argv.pop(1) if len(sys.argv) > 1 else "build"
+SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else "."
+MODEL_SRC = os.path.join(SOURCE, "models", "tiny-glm-random")
+
+REQUESTS = [
+    ("/v1/completions", {"prompt": "Hello there, how are", "max_tokens": 12, "temperature": 0}),
+    ("/v1/completions", {"prompt": "One two three four five six seven eight nine ten eleven twelve thirteen "
+                                   "fourteen fifteen sixteen", "max_tokens": 10, "temperature": 0}),
+    ("/v1/completions", {"prompt": "Seeded", "max_tokens": 10, "temperature": 0.9, "top_p": 0.95, "seed": 7,
+                         "n": 2}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 10,
+                              "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Count to five, please."}],
+                              "max_tokens": 14, "temperature": 0.7, "seed": 3}),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 6, "temperature": 0, "logprobs": 2}),
+]
+
+
+def post(base, path, body):
+    body = dict(body, model="moestream")
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        j = json.loads(r.read())
+    out = []
+    for c in sorted(j["choices"], key=lambda c: c["index"]):
+        if "message" in c:
+            out.append((c["message"].get("content"), c["message"].get("reasoning_content"), c["finish_reason"]))
+        else:
+            out.append((c["text"], json.dumps(c.get("logprobs"), sort_keys=True), c["finish_reason"]))
+    return out, j["usage"]["completion_tokens"]
+
+
+class EngineStack(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="moe-engine-stack-")
+        cls.container = os.path.join(cls.tmp, "model")
+        subprocess.run([os.path.join(BUILD, "tools/moe/moe"), "convert", f"--in={MODEL_SRC}",
+                        f"--out={cls.container}"], check=True, capture_output=True, timeout=120)
+
+    def engine_stack(self, **kw):
+        return Stack(BUILD, worker_bin=os.path.join(BUILD, "services/inferd/inferd"),
+                     worker_args=[f"--model={self.container}", "--log-level=warning"],
+                     gateway_args=[f"--tokenizer={self.container}"], startup_timeout=60, **kw)
+
+    def test_expertd_stack_answers_exactly_like_in_process(self):
+        alone = self.engine_stack(workers=1)
+        try:
+            ref = [post(alone.base_url, p, b) for p, b in REQUESTS]
+        finally:
+            codes = alone.stop()
+        self.assertTrue(all(c == 0 for c in codes.values()), codes)
+        for out, n in ref:
+            self.assertGreater(n, 0)
+
+        stack = self.engine_stack(workers=2, expertd_model=self.container)
+        try:
+            # Concurrently, twice over: both workers get requests, each batches several.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(REQUESTS) * 2) as ex:
+                futs = [ex.submit(post, stack.base_url, p, b) for p, b in REQUESTS * 2]
+                got = [f.result() for f in futs]
+            self.assertEqual(got, ref * 2)
+            heat = subprocess.run([os.path.join(BUILD, "tools/moe/moe"), "heat", f"--expertd={stack.expertd_sock}",
+                                   "--json"], check=True, capture_output=True, text=True, timeout=30)
+            st = json.loads(heat.stdout)
+            self.assertEqual(st["sessions"], 2, st)
+            self.assertGreater(st["requests"] + st["shm_hits"], 0, st)
+            time.sleep(0.5)  # a health probe (every 100 ms) after the last request refreshes worker stats
+            m = stack.metrics()
+            served = [v for k, v in m.items() if k.startswith("moe_worker_tokens_total")]
+            self.assertEqual(len(served), 2, m)
+            self.assertTrue(all(v > 0 for v in served), m)  # both workers answered
+            fetches = [v for k, v in m.items() if k.startswith("moe_worker_expert_fetches")]
+            self.assertEqual(len(fetches), 2, m)
+            self.assertTrue(all(v > 0 for v in fetches), m)
+        finally:
+            codes = stack.stop()
+        self.assertTrue(all(c == 0 for c in codes.values()), codes)
+
+    def test_gateway_refuses_a_tokenizer_larger_than_the_model(self):
+        # inferd_toy serves a 257-id byte vocabulary; the project tokenizer has 12,288 ids.
+        toy = os.path.join(BUILD, "tests/inferd/inferd_toy")
+        sock = os.path.join(self.tmp, "toy.sock")
+        w = subprocess.Popen([toy, f"--listen=unix:{sock}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        try:
+            g = subprocess.run([os.path.join(BUILD, "services/gateway/gateway"), f"--worker=unix:{sock}",
+                                "--listen=127.0.0.1:0", f"--tokenizer={MODEL_SRC}", "--startup-wait-s=20"],
+                               capture_output=True, text=True, timeout=60)
+        finally:
+            w.terminate()
+            w.wait(timeout=10)
+        self.assertEqual(g.returncode, 1, g.stderr)
+        self.assertIn("12288", g.stderr)
+        self.assertIn("257", g.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
