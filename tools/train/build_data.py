@@ -11,7 +11,8 @@ Sources (see models/glm-tiny-chat/MODEL_CARD.md for the licence notes):
   2. chat: generated conversations (tools/train/chat_tasks.py) in the GLM chat format.
 
 Output (--out, default build/train-data): train.u16 / heldout_text.u16 / heldout_chat.u16 (uint16
-token ids; documents separated by <|endoftext|>), manifest.json (counts, sources, sha256).
+token ids; documents separated by <|endoftext|>), heldout_text.txt / heldout_chat.txt (the held-out
+documents as text), manifest.json (counts, sources, sha256).
 Deterministic for a given --seed and Python version.
 
   python3 tools/train/build_data.py [--out build/train-data] [--seed 0] [--chat-docs 120000]
@@ -129,6 +130,10 @@ def main():
     n_text = int(sum(len(e.ids) for e in tok.encode_batch(train_text, add_special_tokens=False)))
     for name, arr in (("train.u16", train), ("heldout_text.u16", ht), ("heldout_chat.u16", hc)):
         arr.tofile(os.path.join(args.out, name))
+    # the held-out documents as text too (moe mtp --text-file; tests/data/train/ keeps a copy)
+    for name, docs in (("heldout_text.txt", held_text), ("heldout_chat.txt", held_chats)):
+        with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
+            f.write("".join(docs))
     manifest = {
         "seed": args.seed,
         "tokenizer": os.path.relpath(TOKENIZER, ROOT),
