@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Main job: install + build (deploy/setup.sh), start the stack on the embedded
-# default model (models/tiny-glm-random: RANDOM weights, the answer is noise
-# until the trained model lands), send ONE OpenAI chat request with curl, print
+# default model (models/glm-tiny-chat: a tiny GLM-5-architecture MoE trained by
+# tools/train, answers short English questions), send ONE OpenAI chat request with curl, print
 # the assistant's message and the raw JSON, and stop the stack (always, via an
 # EXIT trap). Bounded: the stack start waits at most --start-timeout seconds,
 # the request at most --request-timeout seconds.
@@ -14,11 +14,11 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BIN=$ROOT/build
 SETUP=1
-MODEL=$ROOT/models/tiny-glm-random
+MODEL=$ROOT/models/glm-tiny-chat
 LISTEN=127.0.0.1:8000
 RUN=""
 WORKERS=2
-PROMPT="Say hello in one short sentence."
+PROMPT="What day comes after Monday?"
 MAX_TOKENS=24
 THINKING=false
 START_TIMEOUT=300
@@ -117,4 +117,5 @@ print("=== raw JSON ===")
 print(json.dumps(r, ensure_ascii=False))'
 case "$MODEL" in
   */models/tiny-glm-random) echo "[run] note: models/tiny-glm-random has random weights; the answer is noise (plumbing check)" ;;
+  */models/glm-tiny-chat) echo "[run] note: models/glm-tiny-chat is a ~7M-parameter demo model (see its MODEL_CARD.md): it knows counting, days, months, letters, a few facts and greetings" ;;
 esac

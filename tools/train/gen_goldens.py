@@ -50,6 +50,19 @@ QUESTIONS = [
     ("hello", "Say hello in one short sentence.", False),
     ("who", "Who are you?", False),
     ("day_think", "What day comes after Thursday?", True),
+    # more candidates of the same kinds, so that enough prompts pass the near-tie filter
+    ("count2", "Count from 20 to 25.", False),
+    ("next_num", "What number comes after seven?", False),
+    ("days", "List the days of the week.", False),
+    ("month_before", "What month comes before June?", False),
+    ("mul", "What is 3 times 4?", False),
+    ("sub", "What is 9 minus 4?", False),
+    ("opposite", "What is the opposite of hot?", False),
+    ("color", "What color is the sky?", False),
+    ("animal", "What sound does a cow make?", False),
+    ("thanks", "Thank you!", False),
+    ("hi", "Hi", False),
+    ("alphabet", "Continue the alphabet: A, B, C,", False),
 ]
 TEXT_PROMPT = "Return a new list containing"
 
@@ -89,7 +102,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "tests/data/oracle/glm-tiny-chat"))
     ap.add_argument("--heldout", default=os.path.join(ROOT, "build/train-data/heldout_text.u16"))
     ap.add_argument("--max-new", type=int, default=40)
-    ap.add_argument("--min-margin", type=float, default=0.25)
+    ap.add_argument("--min-margin", type=float, default=0.0,
+                    help="drop prompts whose greedy path has a smaller top1-top2 margin (0: keep all; exact BF16 "
+                         "ties are then broken by the first index, as torch.argmax and the engine do)")
     args = ap.parse_args()
 
     spec = {"arch": "glm", "config": dict(train.MODEL)}
@@ -109,7 +124,7 @@ def main():
         assert toks == toks2, "HF greedy is not deterministic"
         answer = tok.decode(toks, skip_special_tokens=True)
         print(f"{name:10s} margin {min(margins):7.3f}  {q or text!r} -> {answer!r}", flush=True)
-        if min(margins) < args.min_margin:
+        if args.min_margin > 0 and min(margins) < args.min_margin:
             dropped.append({"name": name, "min_margin": min(margins), "answer": answer})
             continue
         seq = ids + toks
@@ -145,7 +160,7 @@ def main():
         "prompts": prompts,
         "heldout_teacher_forced": held_rec,
         "dropped_near_tie_prompts": dropped,
-        "sanity": {"near_tie_margin": args.min_margin, "min_margin_required": args.min_margin},
+        "sanity": {"near_tie_margin": gen_oracle.NEAR_TIE, "min_margin_required": args.min_margin},
     }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "goldens.json"), "w") as f:
