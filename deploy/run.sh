@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Main job: install + build (deploy/setup.sh), start the stack on the embedded
 # default model (models/glm-tiny-chat: a tiny GLM-5-architecture MoE trained by
-# tools/train, answers short English questions), send ONE OpenAI chat request with curl, print
+# tools/train, answers short questions in English, mostly wrongly), send ONE OpenAI chat request with curl, print
 # the assistant's message and the raw JSON, and stop the stack (always, via an
 # EXIT trap). Bounded: the stack start waits at most --start-timeout seconds,
 # the request at most --request-timeout seconds.
@@ -18,8 +18,8 @@ MODEL=$ROOT/models/glm-tiny-chat
 LISTEN=127.0.0.1:8000
 RUN=""
 WORKERS=2
-PROMPT="What day comes after Monday?"
-MAX_TOKENS=24
+PROMPT="Who are you?"
+MAX_TOKENS=48
 THINKING=false
 START_TIMEOUT=300
 REQUEST_TIMEOUT=120
@@ -117,5 +117,5 @@ print("=== raw JSON ===")
 print(json.dumps(r, ensure_ascii=False))'
 case "$MODEL" in
   */models/tiny-glm-random) echo "[run] note: models/tiny-glm-random has random weights; the answer is noise (plumbing check)" ;;
-  */models/glm-tiny-chat) echo "[run] note: models/glm-tiny-chat is a ~7M-parameter demo model (see its MODEL_CARD.md): it knows counting, days, months, letters, a few facts and greetings" ;;
+  */models/glm-tiny-chat) echo "[run] note: models/glm-tiny-chat is a ~7M-parameter demo model (see its MODEL_CARD.md): it answers greetings and its trained task types (counting, days, months, ...) in English, but most facts wrongly" ;;
 esac
