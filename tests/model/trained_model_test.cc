@@ -1,10 +1,12 @@
 // The embedded demo model (models/glm-tiny-chat, trained by tools/train): the engine reproduces
-// Hugging Face on it (goldens: tests/data/oracle/glm-tiny-chat/goldens.json, written by
+// Hugging Face on it (goldens: tests/data/model/glm-tiny-chat/goldens.json, written by
 // tools/train/gen_goldens.py), and the model answers the demo's chat task types recognisably
 // through the text stack (tokenizer + GLM chat template + engine + decode), greedy.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,12 @@ using testing::Ids;
 
 const std::string kModelDir = std::string(MOE_SOURCE_DIR) + "/models/glm-tiny-chat";
 
-nlohmann::json Goldens() { return testing::LoadGoldens("glm-tiny-chat"); }
+nlohmann::json Goldens() {
+  std::ifstream in(std::string(MOE_SOURCE_DIR) + "/tests/data/model/glm-tiny-chat/goldens.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
 
 class TrainedModelTest : public ::testing::Test {
  protected:

@@ -7,14 +7,14 @@ shipped, trained model runs identically in our engine and in HF (BF16, eager att
 experts, exactly as tools/oracle/gen_oracle.py runs HF), on chat prompts rendered with the GLM
 template and encoded with the model's own tokenizer.
 
-Writes tests/data/oracle/glm-tiny-chat/goldens.json (schema moestream-oracle-v1 plus "model_dir",
+Writes tests/data/model/glm-tiny-chat/goldens.json (schema moestream-oracle-v1 plus "model_dir",
 "text" and per-prompt "question"/"answer"), no weights (the engine test opens models/glm-tiny-chat
 and checks the checkpoint sha256 recorded here). Greedy runs until a stop id (inclusive) or
 --max-new tokens. Prompts whose greedy path has a top1-top2 margin below --min-margin (a near-tie a
 BF16-faithful engine may legitimately flip) are reported and left out, like gen_oracle's robust
 prompt selection. Deterministic (one torch thread).
 
-  python3 tools/train/gen_goldens.py [--model models/glm-tiny-chat] [--out tests/data/oracle/glm-tiny-chat]
+  python3 tools/train/gen_goldens.py [--model models/glm-tiny-chat] [--out tests/data/model/glm-tiny-chat]
 """
 import argparse
 import hashlib
@@ -99,7 +99,7 @@ def greedy_until_stop(model, prompt, stop, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=os.path.join(ROOT, "models/glm-tiny-chat"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests/data/oracle/glm-tiny-chat"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests/data/model/glm-tiny-chat"))
     ap.add_argument("--heldout", default=os.path.join(ROOT, "build/train-data/heldout_text.u16"))
     ap.add_argument("--max-new", type=int, default=40)
     ap.add_argument("--min-margin", type=float, default=0.0,

@@ -17,7 +17,7 @@ chmod 644 "$M"/*
 rm -rf "$Q"
 "$BIN/tools/moe/moe" convert --in "$M" --out "$Q"
 python3 tools/train/plot_loss.py "$RUN/train_log.jsonl" "$M/loss_curve.png"
-python3 tools/train/gen_goldens.py --model "$M" --out tests/data/oracle/glm-tiny-chat
+python3 tools/train/gen_goldens.py --model "$M" --out tests/data/model/glm-tiny-chat
 for f in tests/data/train/heldout_chat.txt tests/data/train/heldout_text.txt; do
   echo "== moe mtp $f"; "$BIN/tools/moe/moe" mtp --model "$M" --text-file "$f" --json
 done
