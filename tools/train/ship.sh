@@ -14,8 +14,10 @@ mkdir -p "$M"
 cp "$RUN/hf/config.json" "$RUN/hf/model.safetensors" "$M/"
 cp tests/data/text/glm_tiny/{tokenizer.json,tokenizer_config.json,chat_template.jinja} "$M/"
 chmod 644 "$M"/*
+card=$(cat "$Q/MODEL_CARD.md" 2>/dev/null || true)   # the container's own short card survives
 rm -rf "$Q"
 "$BIN/tools/moe/moe" convert --in "$M" --out "$Q"
+[ -z "$card" ] || printf '%s\n' "$card" >"$Q/MODEL_CARD.md"
 python3 tools/train/plot_loss.py "$RUN/train_log.jsonl" "$M/loss_curve.png"
 python3 tools/train/gen_goldens.py --model "$M" --out tests/data/model/glm-tiny-chat
 for f in tests/data/train/heldout_chat.txt tests/data/train/heldout_text.txt; do
