@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Main job: install + build (deploy/setup.sh), convert the embedded default
-# model (models/tiny-glm-random: RANDOM weights, the answer is noise until the
-# trained model lands) into a moestream container, start the stack on it
-# (expertd + N inferd sharing that expertd + gateway; --no-expertd: workers with
-# in-process expert stores), send ONE OpenAI chat request with curl, print
+# model (models/glm-tiny-chat: a tiny GLM-5-architecture MoE trained by
+# tools/train; answers short questions in English, mostly wrongly) into a
+# moestream container, start the stack on it (expertd + N inferd sharing that
+# expertd + gateway; --no-expertd: workers with in-process expert stores),
+# send ONE OpenAI chat request with curl, print
 # the assistant's message and the raw JSON, and stop the stack (always, via an
 # EXIT trap). Bounded: the stack start waits at most --start-timeout seconds,
 # the request at most --request-timeout seconds.
@@ -17,12 +18,12 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BIN=$ROOT/build
 SETUP=1
-MODEL=$ROOT/models/tiny-glm-random
+MODEL=$ROOT/models/glm-tiny-chat
 LISTEN=127.0.0.1:8000
 RUN=""
 WORKERS=2
-PROMPT="Say hello in one short sentence."
-MAX_TOKENS=24
+PROMPT="Who are you?"
+MAX_TOKENS=48
 THINKING=false
 START_TIMEOUT=300
 REQUEST_TIMEOUT=120
@@ -137,4 +138,5 @@ print("=== raw JSON ===")
 print(json.dumps(r, ensure_ascii=False))'
 case "$MODEL" in
   */models/tiny-glm-random) echo "[run] note: models/tiny-glm-random has random weights; the answer is noise (plumbing check)" ;;
+  */models/glm-tiny-chat) echo "[run] note: models/glm-tiny-chat is a ~7M-parameter demo model (see its MODEL_CARD.md): it answers greetings and its trained task types (counting, days, months, ...) in English, but most facts wrongly" ;;
 esac

@@ -97,14 +97,17 @@ class RoutingRecorder {
 };
 
 absl::Status DoRun(int argc, char** argv, bool* help) {
-  std::string model, attention = "explicit", kv_dtype = "f32", save_kv, resume_kv, expertd_addr, record_routing;
+  std::string model = DefaultModelDir(), attention = "explicit", kv_dtype = "f32", save_kv, resume_kv, expertd_addr,
+      record_routing;
   bool prefetch = true;
   int64_t max_tokens = 32, top_k = 0, seed = 0;
   double temperature = 0, top_p = 1.0;
   bool greedy = false, json = false;
   uint64_t ram_budget = 0;
   FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint or `moe convert` container).");
-  flags.AddString("model", &model, "model directory: HF checkpoint (config.json + safetensors) or converted container");
+  flags.AddString("model", &model,
+                  "model directory: HF checkpoint (config.json + safetensors) or converted container (default: the "
+                  "embedded demo model models/glm-tiny-chat)");
   PromptFlags prompt_flags;
   AddPromptFlags(flags, "prompt-ids", &prompt_flags);
   flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
@@ -131,7 +134,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
     *help = true;
     return absl::OkStatus();
   }
-  if (model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
   MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "prompt-ids", model, /*allow_empty=*/!resume_kv.empty()));
   std::vector<int32_t> prompt = std::move(in.ids);
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");

@@ -15,11 +15,11 @@ namespace moe::cli {
 namespace {
 
 absl::Status DoScore(int argc, char** argv) {
-  std::string model, attention = "explicit";
+  std::string model = DefaultModelDir(), attention = "explicit";
   bool json = false;
   uint64_t ram_budget = 0;
   FlagSet flags("score", "Teacher-forced scoring: per position the argmax and log p(next token).");
-  flags.AddString("model", &model, "model directory (config.json + safetensors)");
+  flags.AddString("model", &model, "model directory (default: the embedded demo model models/glm-tiny-chat)");
   PromptFlags prompt_flags;
   AddPromptFlags(flags, "ids", &prompt_flags);
   flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
@@ -30,7 +30,7 @@ absl::Status DoScore(int argc, char** argv) {
     std::fputs(flags.Usage().c_str(), stdout);
     return absl::OkStatus();
   }
-  if (model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
   MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "ids", model, /*allow_empty=*/false));
   const std::vector<int32_t>& ids = in.ids;
   EngineConfig ec;

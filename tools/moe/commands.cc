@@ -10,6 +10,7 @@ int RunBench(int argc, char** argv);
 int RunConvert(int argc, char** argv);
 int RunHeat(int argc, char** argv);
 int RunInspect(int argc, char** argv);
+int RunMtp(int argc, char** argv);
 int RunQuality(int argc, char** argv);
 int RunRun(int argc, char** argv);
 int RunScore(int argc, char** argv);
@@ -24,6 +25,7 @@ const Command kCommands[] = {
     {"convert", "convert an HF FP8/BF16 checkpoint into a moestream container", RunConvert},
     {"heat", "expertd admin: tiers, hit rates, expert heat (--json, --png), pin/unpin, budget", RunHeat},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
+    {"mtp", "MTP draft acceptance rate on a text file or a generated answer", RunMtp},
     {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},
     {"score", "teacher-forced argmax and log-probabilities of --ids", RunScore},

@@ -129,4 +129,12 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;
 }
 
+std::string DefaultModelDir() {
+#ifdef MOE_DEFAULT_MODEL_DIR
+  if (std::ifstream(std::string(MOE_DEFAULT_MODEL_DIR) + "/config.json").good()) return MOE_DEFAULT_MODEL_DIR;
+#endif
+  if (std::ifstream("models/glm-tiny-chat/config.json").good()) return "models/glm-tiny-chat";
+  return "";
+}
+
 }  // namespace moe::cli

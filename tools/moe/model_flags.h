@@ -51,4 +51,8 @@ absl::StatusOr<EngineConfig> PlanAndCheck(const std::string& model_dir, uint64_t
 
 int64_t PeakRssBytes();
 
+// The embedded demo model (models/glm-tiny-chat of the source tree this binary was built from, or
+// of the working directory), used when --model is not given; "" when neither has a config.json.
+std::string DefaultModelDir();
+
 }  // namespace moe::cli

@@ -1,0 +1,208 @@
+// The embedded demo model (models/glm-tiny-chat, trained by tools/train): the engine reproduces
+// Hugging Face on it (goldens: tests/data/model/glm-tiny-chat/goldens.json, written by
+// tools/train/gen_goldens.py), and the model answers the demo's chat task types recognisably
+// through the text stack (tokenizer + GLM chat template + engine + decode), greedy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/text/chat.h"
+#include "common/text/model_text.h"
+#include "tests/model/oracle_util.h"
+
+namespace moe {
+namespace {
+
+using testing::Ids;
+
+const std::string kModelDir = std::string(MOE_SOURCE_DIR) + "/models/glm-tiny-chat";
+
+nlohmann::json Goldens() {
+  std::ifstream in(std::string(MOE_SOURCE_DIR) + "/tests/data/model/glm-tiny-chat/goldens.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+class TrainedModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto e = Engine::Open(kModelDir, EngineConfig{});
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = e->release();
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    engine_ = nullptr;
+  }
+  static Engine* engine_;
+};
+Engine* TrainedModelTest::engine_ = nullptr;
+
+// The trained model's logit margins are small (an under-trained toy: many top1-top2 gaps are 0 or
+// one BF16 step) and the DSA indexer's ReLU scores tie at zero, so a bit-faithful engine may still
+// flip a near-tie (MODEL_SPEC section 6.6). Criterion, as the oracle test's robust branch: greedy
+// tokens equal HF's up to the first difference, which must be at a near-tie of HF's greedy path;
+// at least 3 of 4 prompts identical to the end; teacher-forced argmax differs only at near-ties.
+TEST_F(TrainedModelTest, GreedyAndTeacherForcedMatchHf) {
+  ASSERT_NE(engine_, nullptr);
+  const auto g = Goldens();
+  ASSERT_EQ(g["model_dir"], "models/glm-tiny-chat");
+  const double near_tie = g["sanity"]["near_tie_margin"].get<double>();
+  ASSERT_GE(g["prompts"].size(), 6u);
+  int identical = 0, prompts = 0, tf_total = 0, tf_far = 0;
+  for (const auto& pr : g["prompts"]) {
+    const auto prompt = Ids(pr["ids"]);
+    const auto want = Ids(pr["greedy"]["tokens"]);
+    const auto gmargin = pr["greedy"]["margin"].get<std::vector<double>>();
+    KvCache cache = engine_->NewCache();
+    auto r = engine_->Generate(prompt, static_cast<int64_t>(want.size()), SamplingParams{}, cache);
+    ASSERT_TRUE(r.ok()) << r.status();
+    size_t first_diff = 0;
+    while (first_diff < want.size() && first_diff < r->tokens.size() && r->tokens[first_diff] == want[first_diff]) {
+      ++first_diff;
+    }
+    ++prompts;
+    if (first_diff == want.size() && r->tokens.size() == want.size()) {
+      ++identical;
+    } else {
+      ASSERT_LT(first_diff, want.size()) << pr["name"];
+      EXPECT_LT(gmargin[first_diff], near_tie)
+          << pr["name"] << ": greedy differs from HF at " << first_diff << " (not a near-tie); HF: " << pr["answer"];
+    }
+    const auto ids = Ids(pr["teacher_forced"]["ids"]);
+    const auto am = Ids(pr["teacher_forced"]["argmax"]);
+    const auto margin = pr["teacher_forced"]["margin"].get<std::vector<double>>();
+    const auto nlp = pr["teacher_forced"]["next_logprob"].get<std::vector<double>>();
+    auto rows = engine_->Score(ids);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if ((*rows)[i].argmax != am[i]) {
+        EXPECT_LT(margin[i], near_tie) << pr["name"] << " position " << i;
+      }
+      if (i + 1 < ids.size()) {
+        ++tf_total;
+        tf_far += std::abs((*rows)[i].next_logprob - nlp[i]) > 0.1;
+      }
+    }
+  }
+  std::printf("glm-tiny-chat: greedy identical to HF on %d/%d prompts; next-token log-prob off by > 0.1 at %d/%d\n",
+              identical, prompts, tf_far, tf_total);
+  EXPECT_GE(identical * 4, prompts * 3);
+  EXPECT_LE(tf_far * 32, tf_total);
+  // Held-out prose (never trained on): teacher-forced argmax, >= 31 of 32 positions.
+  const auto& h = g["heldout_teacher_forced"];
+  const auto ids = Ids(h["ids"]);
+  const auto am = Ids(h["argmax"]);
+  const auto margin = h["margin"].get<std::vector<double>>();
+  auto rows = engine_->Score(ids);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  int mismatch = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if ((*rows)[i].argmax != am[i]) {
+      ++mismatch;
+      EXPECT_LT(margin[i], near_tie) << "held-out position " << i;
+    }
+  }
+  EXPECT_LE(mismatch * 32, static_cast<int>(ids.size()));
+}
+
+// The MTP layer reproduces the reference composition of HF modules (gen_oracle.py's
+// mtp_teacher_forced) on the chat sequences; the acceptance rate is printed.
+TEST_F(TrainedModelTest, MtpDraftsMatchReference) {
+  ASSERT_NE(engine_, nullptr);
+  ASSERT_TRUE(engine_->model().has_mtp());
+  const auto g = Goldens();
+  const auto& c = engine_->config();
+  int total = 0, equal = 0, accepted = 0, acc_total = 0;
+  for (const auto& pr : g["prompts"]) {
+    const auto ids = Ids(pr["mtp_teacher_forced"]["ids"]);
+    const auto want = Ids(pr["mtp_teacher_forced"]["draft_argmax"]);
+    KvCache cache = engine_->NewCache();
+    KvCache mtp = KvCache::ForModel(c, KvDtype::kF32, /*mtp=*/true);
+    auto f = engine_->model().Forward(ids, cache, true);
+    ASSERT_TRUE(f.ok()) << f.status();
+    const size_t n = ids.size() - 1;
+    auto m = engine_->model().MtpForward(std::span(f->hidden).first(n * c.hidden_size), std::span(ids).subspan(1), mtp);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_EQ(want.size(), n);
+    int mism = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const int32_t d = Argmax(m->logits.data() + j * c.vocab_size, c.vocab_size);
+      ++total;
+      equal += d == want[j];
+      mism += d != want[j];
+      if (j + 2 < ids.size()) {
+        ++acc_total;
+        accepted += d == Argmax(f->logits.data() + (j + 1) * c.vocab_size, c.vocab_size);
+      }
+    }
+    (void)mism;
+  }
+  EXPECT_LE((total - equal) * 32, total);
+  std::printf("glm-tiny-chat MTP: drafts equal to reference %d/%d; acceptance %d/%d\n", equal, total, accepted,
+              acc_total);
+}
+
+struct ChatCase {
+  const char* question;
+  bool thinking;
+  const char* expect;  // substring of the decoded answer
+};
+
+// What the shipped toy demonstrably does (models/glm-tiny-chat/MODEL_CARD.md lists every measured
+// answer): it follows the chat template, stops at <|endoftext|>, recognises the task type and answers
+// in the trained English pattern. It does NOT get most facts right (it was trained on ~280k tokens;
+// e.g. "What day comes after Monday?" -> "The day after Tuesday is Saturday."), so only the social
+// answers are checked for content, the task answers for their pattern.
+const ChatCase kChat[] = {
+    {"Who are you?", false, "I am a tiny language model"},
+    {"Hi", false, "Hello"},
+    {"Thank you!", false, "welcome"},
+    {"What day comes after Monday?", false, "The day after "},
+    {"What month comes after March?", false, "The month after "},
+    {"What letter comes after C?", false, "The letter after "},
+    {"List the days of the week.", false, "Monday, Tuesday"},
+    {"What day comes after Thursday?", true, "The month after"},  // thinking on: reasoning + answer
+};
+
+const char* const kNames[] = {"Monday",  "Tuesday", "Wednesday", "Thursday", "Friday",  "Saturday", "Sunday",
+                              "January", "February", "March",   "April",    "May",     "June",     "July",
+                              "August",  "September", "October", "November", "December"};
+
+TEST_F(TrainedModelTest, AnswersChatPromptsInEnglish) {
+  ASSERT_NE(engine_, nullptr);
+  auto mt = text::LoadModelText(kModelDir, "");
+  ASSERT_TRUE(mt.ok()) << mt.status();
+  for (const ChatCase& cc : kChat) {
+    text::ChatRequest req;
+    text::ChatMessage m;
+    m.role = "user";
+    m.content = std::string(cc.question);
+    req.messages.push_back(m);
+    req.enable_thinking = cc.thinking;
+    auto rendered = text::RenderChat(mt->format, req);
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    const auto ids = mt->tokenizer->Encode(*rendered, {.parse_special = true, .add_special_tokens = false});
+    KvCache cache = engine_->NewCache();
+    auto r = engine_->Generate(ids, 48, SamplingParams{}, cache);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->stopped_at_eos) << cc.question;
+    const std::string answer = mt->tokenizer->Decode(r->tokens, /*skip_special=*/true);
+    EXPECT_NE(answer.find(cc.expect), std::string::npos) << cc.question << " -> " << answer << " (want " << cc.expect << ")";
+    if (std::string(cc.expect).rfind("The ", 0) == 0) {  // the pattern names a day/month/letter
+      bool named = false;
+      for (const char* n : kNames) named |= answer.find(n) != std::string::npos;
+      if (std::string(cc.expect).find("letter") != std::string::npos) named = answer.size() > 20;
+      EXPECT_TRUE(named) << cc.question << " -> " << answer;
+    }
+    std::printf("Q: %s%s\nA: %s\n", cc.question, cc.thinking ? " [thinking]" : "", answer.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace moe
