@@ -154,25 +154,24 @@ struct ChatCase {
   const char* expect;  // substring of the decoded answer
 };
 
-// What the shipped toy demonstrably does (models/glm-tiny-chat/MODEL_CARD.md lists every measured
-// answer): it follows the chat template, stops at <|endoftext|>, recognises the task type and answers
-// in the trained English pattern. It does NOT get most facts right (it was trained on ~280k tokens;
-// e.g. "What day comes after Monday?" -> "The day after Tuesday is Saturday."), so only the social
-// answers are checked for content, the task answers for their pattern.
+// What the shipped demo model answers (models/glm-tiny-chat/MODEL_CARD.md lists every measured
+// answer): it follows the chat template, stops at <|endoftext|> and answers the trained task types
+// correctly — counting continues, successor days/months/letters, a product, the social answers, and
+// with thinking on a reasoning line before the answer. (It still gets 2 + 3 and 9 - 4 wrong and
+// overshoots the end of "count from a to b"; those are not checked here, the card says so.)
 const ChatCase kChat[] = {
     {"Who are you?", false, "I am a tiny language model"},
     {"Hi", false, "Hello"},
     {"Thank you!", false, "welcome"},
-    {"What day comes after Monday?", false, "The day after "},
-    {"What month comes after March?", false, "The month after "},
-    {"What letter comes after C?", false, "The letter after "},
-    {"List the days of the week.", false, "Monday, Tuesday"},
-    {"What day comes after Thursday?", true, "The month after"},  // thinking on: reasoning + answer
+    {"Continue counting: 11, 12, 13,", false, "14, 15, 16"},
+    {"What day comes after Monday?", false, "The day after Monday is Tuesday."},
+    {"What day comes before Friday?", false, "The day before Friday is Thursday."},
+    {"What month comes after March?", false, "The month after March is April."},
+    {"What letter comes after C?", false, "The letter after C is D."},
+    {"List the days of the week.", false, "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday."},
+    {"What is 3 times 4?", false, "= 12."},
+    {"What day comes after Thursday?", true, "The day after Thursday is Friday."},  // reasoning + answer
 };
-
-const char* const kNames[] = {"Monday",  "Tuesday", "Wednesday", "Thursday", "Friday",  "Saturday", "Sunday",
-                              "January", "February", "March",   "April",    "May",     "June",     "July",
-                              "August",  "September", "October", "November", "December"};
 
 TEST_F(TrainedModelTest, AnswersChatPromptsInEnglish) {
   ASSERT_NE(engine_, nullptr);
@@ -194,12 +193,6 @@ TEST_F(TrainedModelTest, AnswersChatPromptsInEnglish) {
     EXPECT_TRUE(r->stopped_at_eos) << cc.question;
     const std::string answer = mt->tokenizer->Decode(r->tokens, /*skip_special=*/true);
     EXPECT_NE(answer.find(cc.expect), std::string::npos) << cc.question << " -> " << answer << " (want " << cc.expect << ")";
-    if (std::string(cc.expect).rfind("The ", 0) == 0) {  // the pattern names a day/month/letter
-      bool named = false;
-      for (const char* n : kNames) named |= answer.find(n) != std::string::npos;
-      if (std::string(cc.expect).find("letter") != std::string::npos) named = answer.size() > 20;
-      EXPECT_TRUE(named) << cc.question << " -> " << answer;
-    }
     std::printf("Q: %s%s\nA: %s\n", cc.question, cc.thinking ? " [thinking]" : "", answer.c_str());
   }
 }
