@@ -65,41 +65,9 @@ def one_request(host, port, i, j, max_tokens, deadline):
                 "max_tokens": n, "temperature": 0, "stream": True}
         expect = SCRIPT[:n]
         field = "content"
-    conn = http.client.HTTPConnection(host, port, timeout=max(1.0, deadline - time.time()))
-    t0 = time.time()
-    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    if r.status != 200:
-        r.read()
-        conn.close()
-        return r.status, None, [], 0, r.status == 503, f"HTTP {r.status}"
-    text, ttft, last, itl, toks, done = "", None, None, [], 0, False
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line.startswith(b"data: "):
-            continue
-        data = line[6:]
-        if data == b"[DONE]":
-            done = True
-            break
-        ev = json.loads(data)
-        if "error" in ev:
-            return 200, ttft, itl, toks, False, f"stream error {ev['error']}"
-        for c in ev.get("choices", []):
-            piece = c.get("text") if field == "text" else (c.get("delta") or {}).get("content")
-            if piece:
-                now = time.time()
-                if ttft is None:
-                    ttft = now - t0
-                else:
-                    itl.append(now - last)
-                last = now
-                toks += 1
-                text += piece
-    conn.close()
+    status, ttft, itl, toks, text, done = stream_request(host, port, path, body, field, deadline)
+    if status != 200:
+        return status, None, [], 0, status == 503, f"HTTP {status}"
     ok = done and text == expect
     return 200, ttft, itl, toks, ok, "" if ok else f"got {text!r} want {expect!r} done={done}"
 
