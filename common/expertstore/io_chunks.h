@@ -2,8 +2,11 @@
 // their results (first error wins, reported once when the last chunk ends).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 
@@ -40,6 +43,17 @@ struct Chunk {
   uint64_t len;     // bytes requested
   uint8_t* dest;
 };
+
+// Queues an op's chunks: a speculative op at the back, any other ahead of the
+// first queued speculative chunk (one priority rule for every engine).
+inline void EnqueueChunks(std::deque<Chunk>& q, std::vector<Chunk> chunks) {
+  if (chunks.empty()) return;
+  auto pos = q.end();
+  if (!chunks.front().op->op.speculative) {
+    pos = std::find_if(q.begin(), q.end(), [](const Chunk& c) { return c.op->op.speculative; });
+  }
+  q.insert(pos, std::make_move_iterator(chunks.begin()), std::make_move_iterator(chunks.end()));
+}
 
 // Splits op into chunks of at most chunk_bytes (multiples of 4 KiB).
 inline std::vector<Chunk> SplitOp(const std::shared_ptr<OpState>& st, uint64_t chunk_bytes) {

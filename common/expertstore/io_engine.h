@@ -38,6 +38,10 @@ struct ReadOp {
   uint8_t* dest = nullptr;
   int buf_index = -1;      // registered buffer holding [dest, dest+io_length), or -1
   std::string label;       // for errors: e.g. "shard-00003.bin record (3, 17)"
+  // A prefetch nobody waits for yet: its queued chunks yield to every
+  // non-speculative op submitted later (demand reads are not stuck behind
+  // a prediction's reads; chunks already in flight are not preempted).
+  bool speculative = false;
 };
 
 using ReadDone = std::function<void(absl::Status)>;

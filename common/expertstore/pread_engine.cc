@@ -47,7 +47,7 @@ class PreadEngine final : public IoEngine {
     {
       std::lock_guard<std::mutex> l(mu_);
       counters_.Submitted();
-      for (auto& c : chunks) queue_.push_back(std::move(c));
+      internal::EnqueueChunks(queue_, std::move(chunks));
     }
     cv_.notify_all();
   }

@@ -374,6 +374,7 @@ void ExpertStore::StartReads(std::vector<StartRead> reads) {
     op.io_length = io_len;
     op.dest = dest;
     op.buf_index = io_->buffers_registered() ? static_cast<int>(r.slab) : -1;
+    op.speculative = r.speculative;
     op.label = absl::StrCat(files_[r.loc.file], " record (layer ", KeyLayer(table_.slab(r.slab).key.load()),
                             ", id ", KeyExpert(table_.slab(r.slab).key.load()), ")");
     uint32_t slab = r.slab;
@@ -442,7 +443,7 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
       priv_[s].prefetch_fill = true;
       prefetch_inflight_++;
       stats_.prefetch_issued++;
-      reads.push_back(StartRead{static_cast<uint32_t>(s), *loc, fill});
+      reads.push_back(StartRead{static_cast<uint32_t>(s), *loc, fill, /*speculative=*/lookahead});
     }
   }
   int n = static_cast<int>(reads.size());

@@ -147,6 +147,7 @@ class ExpertStore {
     uint32_t slab;
     RecordLocation loc;
     std::shared_ptr<struct FillState> fill;
+    bool speculative = false;  // a look-ahead prefetch: its reads yield to demand reads
   };
 
   ExpertStore() = default;

@@ -67,7 +67,7 @@ class UringEngine final : public IoEngine {
     {
       std::lock_guard<std::mutex> l(mu_);
       counters_.Submitted();
-      for (auto& c : chunks) pending_.push_back(std::move(c));
+      internal::EnqueueChunks(pending_, std::move(chunks));
     }
     Wake();
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/base/aligned_buffer.h"
+#include "common/expertstore/io_chunks.h"
 #include "tests/expertstore/synthetic_model.h"
 
 namespace moe::expertstore {
@@ -92,6 +93,28 @@ TEST(IoEngine, RegisteredBuffersReadTheSameBytes) {
   ASSERT_TRUE(ReadSync(**eng, ReadOp{fd, r.offset, r.length, buf.capacity(), buf.data(), reg.ok() ? 0 : -1, "x"}).ok());
   EXPECT_EQ(crc32c::Extend(0, buf.data(), r.length), r.crc32c);
   ::close(fd);
+}
+
+// Demand reads overtake queued prefetch chunks (never chunks of other demand
+// reads); prefetches keep their order at the back.
+TEST(IoEngine, DemandChunksQueueAheadOfSpeculativeOnes) {
+  std::deque<internal::Chunk> q;
+  uint8_t buf[4 * 4096];
+  auto op = [&](uint64_t offset, bool speculative) {
+    auto st = std::make_shared<internal::OpState>();
+    st->op.offset = offset;
+    st->op.length = 2 * 4096;
+    st->op.dest = buf;
+    st->op.speculative = speculative;
+    return internal::SplitOp(st, 4096);  // two chunks each
+  };
+  internal::EnqueueChunks(q, op(0, false));       // demand A
+  internal::EnqueueChunks(q, op(100000, true));   // prefetch P
+  internal::EnqueueChunks(q, op(200000, true));   // prefetch Q
+  internal::EnqueueChunks(q, op(300000, false));  // demand B: ahead of P and Q, behind A
+  std::vector<uint64_t> order;
+  for (const auto& c : q) order.push_back(c.offset);
+  EXPECT_EQ(order, (std::vector<uint64_t>{0, 4096, 300000, 304096, 100000, 104096, 200000, 204096}));
 }
 
 TEST(IoEngine, RejectsBadQueueDepthAndKind) {
