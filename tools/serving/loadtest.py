@@ -72,6 +72,33 @@ def one_request(host, port, i, j, max_tokens, deadline):
     return 200, ttft, itl, toks, ok, "" if ok else f"got {text!r} want {expect!r} done={done}"
 
 
+def run_clients(clients, client, deadline):
+    """Runs client(i) for i < clients on threads until done or the deadline; returns the wall seconds."""
+    t0 = time.time()
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.time()) + 5)
+    return time.time() - t0
+
+
+def summarize(results, wall):
+    """Stats of (status, ttft, [itl], tokens, ok, detail) results: answered, rejected, errors, latencies."""
+    ok = [r for r in results if r[0] == 200 and r[4]]
+    bad = [r for r in results if not (r[0] == 200 and r[4]) and r[0] != 503]
+    ttft = [r[1] for r in ok if r[1] is not None]
+    itl = [x for r in ok for x in r[2]]
+    tokens = sum(r[3] for r in ok)
+    return {
+        "answered_ok": len(ok), "rejected_503": sum(1 for r in results if r[0] == 503), "errors": len(bad),
+        "error_samples": [r[5] for r in bad[:3]], "wall_s": round(wall, 3), "tokens": tokens,
+        "tokens_per_s": round(tokens / wall, 1),
+        "ttft_p50_ms": round(1000 * pct(ttft, 50), 1), "ttft_p99_ms": round(1000 * pct(ttft, 99), 1),
+        "itl_p50_ms": round(1000 * pct(itl, 50), 2), "itl_p99_ms": round(1000 * pct(itl, 99), 2),
+    }
+
+
 def run(host, port, clients, requests, max_tokens, deadline_s):
     deadline = time.time() + deadline_s
     results, lock = [], threading.Lock()
@@ -89,26 +116,10 @@ def run(host, port, clients, requests, max_tokens, deadline_s):
             with lock:
                 results.append(res)
 
-    t0 = time.time()
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(max(0.0, deadline - time.time()) + 5)
-    wall = time.time() - t0
-    ok = [r for r in results if r[0] == 200 and r[4]]
-    rejected = [r for r in results if r[0] == 503]
-    bad = [r for r in results if not (r[0] == 200 and r[4]) and r[0] != 503]
-    ttft = [r[1] for r in ok if r[1] is not None]
-    itl = [x for r in ok for x in r[2]]
-    tokens = sum(r[3] for r in ok)
-    return {
-        "clients": clients, "requests": clients * requests, "answered_ok": len(ok), "rejected_503": len(rejected),
-        "errors": len(bad), "error_samples": [r[5] for r in bad[:3]], "wall_s": round(wall, 3),
-        "tokens": tokens, "tokens_per_s": round(tokens / wall, 1), "requests_per_s": round(len(ok) / wall, 2),
-        "ttft_p50_ms": round(1000 * pct(ttft, 50), 1), "ttft_p99_ms": round(1000 * pct(ttft, 99), 1),
-        "itl_p50_ms": round(1000 * pct(itl, 50), 2), "itl_p99_ms": round(1000 * pct(itl, 99), 2),
-    }
+    wall = run_clients(clients, client, deadline)
+    stats = summarize(results, wall)
+    return {"clients": clients, "requests": clients * requests, **stats,
+            "requests_per_s": round(stats["answered_ok"] / wall, 2)}
 
 
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -191,25 +202,8 @@ def engine_run(host, port, clients, requests, max_tokens, deadline_s):
                 if res[4]:
                     texts[(i, j)] = text
 
-    t0 = time.time()
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(max(0.0, deadline - time.time()) + 5)
-    wall = time.time() - t0
-    ok = [r for r in results if r[0] == 200 and r[4]]
-    bad = [r for r in results if not (r[0] == 200 and r[4]) and r[0] != 503]
-    ttft = [r[1] for r in ok if r[1] is not None]
-    itl = [x for r in ok for x in r[2]]
-    tokens = sum(r[3] for r in ok)
-    return {
-        "answered_ok": len(ok), "rejected_503": sum(1 for r in results if r[0] == 503), "errors": len(bad),
-        "error_samples": [r[5] for r in bad[:3]], "wall_s": round(wall, 3), "tokens": tokens,
-        "tokens_per_s": round(tokens / wall, 1),
-        "ttft_p50_ms": round(1000 * pct(ttft, 50), 1), "ttft_p99_ms": round(1000 * pct(ttft, 99), 1),
-        "itl_p50_ms": round(1000 * pct(itl, 50), 2), "itl_p99_ms": round(1000 * pct(itl, 99), 2),
-    }, texts
+    wall = run_clients(clients, client, deadline)
+    return summarize(results, wall), texts
 
 
 def engine_main(a):
