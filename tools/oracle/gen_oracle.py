@@ -351,8 +351,9 @@ def forward_logits(model, ids):
 
 
 @torch.no_grad()
-def greedy(model, prompt, n=N_GREEDY):
-    """Incremental greedy decoding with HF's DynamicCache (what generate() does, without its extras)."""
+def greedy(model, prompt, n=N_GREEDY, stop=()):
+    """Incremental greedy decoding with HF's DynamicCache (what generate() does, without its extras).
+    Stops after emitting a token in `stop` (kept in the output)."""
     from transformers import DynamicCache
     cache = DynamicCache(config=model.config)
     ids = torch.tensor([prompt])
@@ -367,6 +368,8 @@ def greedy(model, prompt, n=N_GREEDY):
         top2 = torch.topk(lg, 2).values
         toks.append(t)
         margins.append(float(top2[0] - top2[1]))
+        if t in stop:
+            break
         ids = torch.tensor([[t]])
     return toks, margins
 

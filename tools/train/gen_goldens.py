@@ -75,25 +75,10 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-@torch.no_grad()
 def greedy_until_stop(model, prompt, stop, n):
-    from transformers import DynamicCache
-    cache = DynamicCache(config=model.config)
-    ids = torch.tensor([prompt])
-    toks, margins, pos = [], [], 0
-    for _ in range(n):
-        pid = torch.arange(pos, pos + ids.shape[1]).unsqueeze(0)
-        out = model(input_ids=ids, cache=cache, use_cache=True, position_ids=pid)
-        pos += ids.shape[1]
-        lg = out.logits[0, -1].float()
-        t = int(torch.argmax(lg))
-        top2 = torch.topk(lg, 2).values
-        toks.append(t)
-        margins.append(round(float(top2[0] - top2[1]), 6))
-        if t in stop:
-            break
-        ids = torch.tensor([[t]])
-    return toks, margins
+    """gen_oracle.greedy, stopping at a stop id, with margins rounded for the goldens file."""
+    toks, margins = gen_oracle.greedy(model, prompt, n, stop=stop)
+    return toks, [round(m, 6) for m in margins]
 
 
 def main():
