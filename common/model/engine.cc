@@ -42,12 +42,8 @@ absl::StatusOr<MemoryPlan> PlanFrom(const Src& ck, const ModelConfig& c, const E
   lo.load_mtp = cfg.load_mtp;
   bool has_mtp = false;
   MOE_ASSIGN_OR_RETURN(p.resident_bytes, PlanResidentBytes(ck, c, lo, cfg.dense_format, &has_mtp));
-  std::vector<int> moe_layers;
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    if (c.layer_is_moe[l]) moe_layers.push_back(l);
-  }
-  if (has_mtp) moe_layers.push_back(c.num_hidden_layers);
-  for (int l : moe_layers) {
+  for (int l = 0; l <= c.num_hidden_layers; ++l) {  // layer L is the MTP layer (MoE)
+    if (l == c.num_hidden_layers ? !has_mtp : !c.layer_is_moe[l]) continue;
     MOE_ASSIGN_OR_RETURN(int64_t each, PlanExpertBytes(ck, c, l, cfg.expert_format));
     p.expert_bytes_each = std::max(p.expert_bytes_each, each);
     p.expert_total_bytes += each * c.n_routed_experts;
@@ -63,7 +59,7 @@ absl::StatusOr<MemoryPlan> PlanFrom(const Src& ck, const ModelConfig& c, const E
 
 bool IsContainer(const std::string& dir) {
   std::error_code ec;
-  return std::filesystem::exists(std::filesystem::path(dir) / "moestream.json", ec);
+  return std::filesystem::exists(std::filesystem::path(dir) / std::string(kManifestFileName), ec);
 }
 
 }  // namespace
