@@ -9,6 +9,8 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/expertstore/io_engine.h"
@@ -42,18 +44,88 @@ struct Chunk {
   uint64_t offset;  // file offset
   uint64_t len;     // bytes requested
   uint8_t* dest;
+  bool speculative = false;  // queued at prefetch priority (cleared by a promotion)
 };
 
 // Queues an op's chunks: a speculative op at the back, any other ahead of the
-// first queued speculative chunk (one priority rule for every engine).
+// first queued speculative chunk (one priority rule for every engine). The
+// queue is always [demand chunks..., speculative chunks...].
 inline void EnqueueChunks(std::deque<Chunk>& q, std::vector<Chunk> chunks) {
   if (chunks.empty()) return;
   auto pos = q.end();
-  if (!chunks.front().op->op.speculative) {
-    pos = std::find_if(q.begin(), q.end(), [](const Chunk& c) { return c.op->op.speculative; });
+  if (!chunks.front().speculative) {
+    pos = std::find_if(q.begin(), q.end(), [](const Chunk& c) { return c.speculative; });
   }
   q.insert(pos, std::make_move_iterator(chunks.begin()), std::make_move_iterator(chunks.end()));
 }
+
+// The queue and dispatch rule of every engine (the engine guards it with its
+// own lock):
+//  * order: demand chunks first (FIFO), then speculative ones (FIFO);
+//  * a speculative chunk is dispatched only when no demand chunk is queued
+//    (it is at the front) and fewer than `max_speculative_inflight` are in
+//    flight (0 = no cap), so a demand read arriving finds all but that many
+//    of the queue depth free;
+//  * Promote(tag): the queued chunks of ops with that tag become demand,
+//    moved (in order) ahead of the first speculative chunk — a demand fetch
+//    joined a prefetch. Chunks already in flight are not touched.
+class ChunkQueue {
+ public:
+  explicit ChunkQueue(int max_speculative_inflight = 0) : max_spec_(max_speculative_inflight) {}
+
+  void Enqueue(std::vector<Chunk> chunks) { EnqueueChunks(q_, std::move(chunks)); }
+
+  // Returns how many queued chunks became demand.
+  size_t Promote(uint64_t tag) {
+    if (tag == 0) return 0;
+    auto first_spec = std::find_if(q_.begin(), q_.end(), [](const Chunk& c) { return c.speculative; });
+    if (std::none_of(first_spec, q_.end(), [tag](const Chunk& c) { return c.op->op.tag == tag; })) return 0;
+    std::vector<Chunk> moved;
+    std::deque<Chunk> rest;
+    for (auto it = first_spec; it != q_.end(); ++it) {
+      if (it->op->op.tag == tag) {
+        it->speculative = false;
+        moved.push_back(std::move(*it));
+      } else {
+        rest.push_back(std::move(*it));
+      }
+    }
+    q_.erase(first_spec, q_.end());
+    q_.insert(q_.end(), std::make_move_iterator(moved.begin()), std::make_move_iterator(moved.end()));
+    q_.insert(q_.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    return moved.size();
+  }
+
+  // True when the front chunk may go to the device now.
+  bool CanDispatch() const {
+    if (q_.empty()) return false;
+    if (!q_.front().speculative) return true;
+    return max_spec_ <= 0 || spec_inflight_ < uint64_t(max_spec_);
+  }
+  // Precondition: CanDispatch(). The caller reports the chunk's end with Finished.
+  Chunk Pop() {
+    Chunk c = std::move(q_.front());
+    q_.pop_front();
+    if (c.speculative && ++spec_inflight_ > spec_high_water_) spec_high_water_ = spec_inflight_;
+    return c;
+  }
+  void Finished(const Chunk& c) {
+    if (c.speculative) --spec_inflight_;
+  }
+  // Every queued chunk (shutdown).
+  std::deque<Chunk> TakeAll() { return std::exchange(q_, {}); }
+
+  bool empty() const { return q_.empty(); }
+  const std::deque<Chunk>& queued() const { return q_; }
+  uint64_t speculative_inflight() const { return spec_inflight_; }
+  uint64_t speculative_high_water() const { return spec_high_water_; }
+
+ private:
+  std::deque<Chunk> q_;
+  int max_spec_;
+  uint64_t spec_inflight_ = 0;
+  uint64_t spec_high_water_ = 0;
+};
 
 // Splits op into chunks of at most chunk_bytes (multiples of 4 KiB).
 inline std::vector<Chunk> SplitOp(const std::shared_ptr<OpState>& st, uint64_t chunk_bytes) {
@@ -63,9 +135,9 @@ inline std::vector<Chunk> SplitOp(const std::shared_ptr<OpState>& st, uint64_t c
   chunk_bytes = chunk_bytes / 4096 * 4096;
   std::vector<Chunk> out;
   for (uint64_t o = 0; o < total; o += chunk_bytes) {
-    out.push_back(Chunk{st, op.offset + o, std::min(chunk_bytes, total - o), op.dest + o});
+    out.push_back(Chunk{st, op.offset + o, std::min(chunk_bytes, total - o), op.dest + o, op.speculative});
   }
-  if (out.empty()) out.push_back(Chunk{st, op.offset, 0, op.dest});
+  if (out.empty()) out.push_back(Chunk{st, op.offset, 0, op.dest, op.speculative});
   st->remaining.store(static_cast<int>(out.size()));
   return out;
 }

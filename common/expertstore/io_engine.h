@@ -42,6 +42,8 @@ struct ReadOp {
   // non-speculative op submitted later (demand reads are not stuck behind
   // a prediction's reads; chunks already in flight are not preempted).
   bool speculative = false;
+  // Names the op for Promote (e.g. the fill it serves); 0 = none.
+  uint64_t tag = 0;
 };
 
 using ReadDone = std::function<void(absl::Status)>;
@@ -52,6 +54,11 @@ struct IoConfig {
   int queue_depth = 8;
   uint64_t chunk_bytes = 2ull << 20;
   bool register_buffers = true;
+  // Speculative chunks in flight at once (0 = no cap). They are dispatched
+  // only while no demand chunk is queued, so a demand read arriving finds
+  // queue_depth - max_speculative_inflight slots free at worst. 1 measured
+  // best on the e2e bench (docs/BENCHMARKS.md, "Prefetch gating").
+  int max_speculative_inflight = 1;
 };
 
 absl::StatusOr<IoConfig::Kind> ParseIoKind(const std::string& s);
@@ -62,6 +69,9 @@ struct IoStats {
   uint64_t errors = 0;
   uint64_t inflight_chunks = 0;
   uint64_t busy_ns = 0;  // wall time with at least one read in flight
+  uint64_t speculative_inflight = 0;    // speculative chunks in flight now
+  uint64_t speculative_high_water = 0;  // most speculative chunks ever in flight at once
+  uint64_t promoted_chunks = 0;         // queued chunks Promote turned into demand
 };
 
 // The counters behind IoStats, kept the same way by every engine. Not
@@ -77,6 +87,7 @@ class IoCounters {
     if (!ok) ++s_.errors;
     if (--s_.inflight_chunks == 0) s_.busy_ns += now_ns - busy_since_;
   }
+  void Promoted(uint64_t n) { s_.promoted_chunks += n; }
   uint64_t inflight() const { return s_.inflight_chunks; }
   IoStats Snapshot(uint64_t now_ns) const {
     IoStats s = s_;
@@ -93,6 +104,11 @@ class IoEngine {
  public:
   virtual ~IoEngine() = default;
   virtual void Submit(ReadOp op, ReadDone done) = 0;
+  // A demand read now waits for the op(s) tagged `tag` (tag != 0): their
+  // still-queued chunks become demand priority (ahead of every speculative
+  // chunk, behind demand chunks queued before). Returns how many chunks
+  // moved; 0 when none is queued (already in flight or done).
+  virtual size_t Promote(uint64_t tag) = 0;
   virtual std::string name() const = 0;
   virtual int queue_depth() const = 0;
   // Registers fixed buffers (index i = iov[i]); OK if registered, an error

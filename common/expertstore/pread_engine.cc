@@ -23,7 +23,7 @@ uint64_t NowNs() {
 
 class PreadEngine final : public IoEngine {
  public:
-  explicit PreadEngine(const IoConfig& c) : cfg_(c) {
+  explicit PreadEngine(const IoConfig& c) : cfg_(c), queue_(c.max_speculative_inflight) {
     int n = cfg_.queue_depth < 1 ? 1 : cfg_.queue_depth;
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
   }
@@ -34,7 +34,7 @@ class PreadEngine final : public IoEngine {
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
-    for (auto& c : queue_) {
+    for (auto& c : queue_.TakeAll()) {
       c.op->Fail(absl::CancelledError("io engine shut down"));
       if (c.op->ChunkDone()) c.op->Finish();
     }
@@ -47,9 +47,19 @@ class PreadEngine final : public IoEngine {
     {
       std::lock_guard<std::mutex> l(mu_);
       counters_.Submitted();
-      internal::EnqueueChunks(queue_, std::move(chunks));
+      queue_.Enqueue(std::move(chunks));
     }
     cv_.notify_all();
+  }
+  size_t Promote(uint64_t tag) override {
+    size_t n;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      n = queue_.Promote(tag);
+      counters_.Promoted(n);
+    }
+    if (n) cv_.notify_all();
+    return n;
   }
   std::string name() const override { return "pread"; }
   int queue_depth() const override { return static_cast<int>(threads_.size()); }
@@ -59,7 +69,10 @@ class PreadEngine final : public IoEngine {
   bool buffers_registered() const override { return false; }
   IoStats stats() const override {
     std::lock_guard<std::mutex> l(mu_);
-    return counters_.Snapshot(NowNs());
+    IoStats s = counters_.Snapshot(NowNs());
+    s.speculative_inflight = queue_.speculative_inflight();
+    s.speculative_high_water = queue_.speculative_high_water();
+    return s;
   }
 
  private:
@@ -68,10 +81,9 @@ class PreadEngine final : public IoEngine {
       Chunk c;
       {
         std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        cv_.wait(l, [&] { return stop_ || queue_.CanDispatch(); });
         if (stop_) return;
-        c = std::move(queue_.front());
-        queue_.pop_front();
+        c = queue_.Pop();
         counters_.Started(NowNs());
       }
       uint64_t done_bytes = 0;
@@ -96,7 +108,10 @@ class PreadEngine final : public IoEngine {
         std::lock_guard<std::mutex> l(mu_);
         counters_.AddBytes(done_bytes);
         counters_.Finished(err.ok(), NowNs());
+        queue_.Finished(c);
       }
+      // A speculative chunk's end may let a queued speculative one go.
+      if (c.speculative) cv_.notify_one();
       if (!err.ok()) c.op->Fail(err);
       if (c.op->ChunkDone()) c.op->Finish();
     }
@@ -105,7 +120,7 @@ class PreadEngine final : public IoEngine {
   IoConfig cfg_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Chunk> queue_;
+  internal::ChunkQueue queue_;  // guarded by mu_
   std::vector<std::thread> threads_;
   bool stop_ = false;
   IoCounters counters_;  // guarded by mu_

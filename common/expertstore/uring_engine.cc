@@ -52,7 +52,7 @@ class UringEngine final : public IoEngine {
       Wake();
       thread_.join();
     }
-    for (auto& c : pending_) {
+    for (auto& c : pending_.TakeAll()) {
       c.op->Fail(absl::CancelledError("io engine shut down"));
       if (c.op->ChunkDone()) c.op->Finish();
     }
@@ -67,9 +67,19 @@ class UringEngine final : public IoEngine {
     {
       std::lock_guard<std::mutex> l(mu_);
       counters_.Submitted();
-      internal::EnqueueChunks(pending_, std::move(chunks));
+      pending_.Enqueue(std::move(chunks));
     }
     Wake();
+  }
+  size_t Promote(uint64_t tag) override {
+    size_t n;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      n = pending_.Promote(tag);
+      counters_.Promoted(n);
+    }
+    if (n) Wake();
+    return n;
   }
   std::string name() const override { return registered_ ? "io_uring+fixed" : "io_uring"; }
   int queue_depth() const override { return qd_; }
@@ -85,11 +95,14 @@ class UringEngine final : public IoEngine {
   bool buffers_registered() const override { return registered_; }
   IoStats stats() const override {
     std::lock_guard<std::mutex> l(mu_);
-    return counters_.Snapshot(NowNs());
+    IoStats s = counters_.Snapshot(NowNs());
+    s.speculative_inflight = pending_.speculative_inflight();
+    s.speculative_high_water = pending_.speculative_high_water();
+    return s;
   }
 
  private:
-  explicit UringEngine(const IoConfig& c) : cfg_(c) {}
+  explicit UringEngine(const IoConfig& c) : cfg_(c), pending_(c.max_speculative_inflight) {}
   void Wake() {
     uint64_t one = 1;
     ssize_t r = ::write(efd_, &one, sizeof one);
@@ -117,9 +130,8 @@ class UringEngine final : public IoEngine {
       {
         std::lock_guard<std::mutex> l(mu_);
         if (stop_ && counters_.inflight() == 0) break;
-        while (!stop_ && counters_.inflight() < uint64_t(qd_) && !pending_.empty()) {
-          auto* c = new Chunk(std::move(pending_.front()));
-          pending_.pop_front();
+        while (!stop_ && counters_.inflight() < uint64_t(qd_) && pending_.CanDispatch()) {
+          auto* c = new Chunk(pending_.Pop());
           counters_.Started(NowNs());
           Prep(c);
         }
@@ -167,6 +179,7 @@ class UringEngine final : public IoEngine {
       std::lock_guard<std::mutex> l(mu_);
       if (res > 0) counters_.AddBytes(res);
       counters_.Finished(left.ok(), NowNs());
+      pending_.Finished(*c);
     }
     if (!left.ok()) c->op->Fail(left.status());
     if (c->op->ChunkDone()) c->op->Finish();
@@ -181,7 +194,7 @@ class UringEngine final : public IoEngine {
   bool registered_ = false;
   std::thread thread_;
   mutable std::mutex mu_;
-  std::deque<Chunk> pending_;
+  internal::ChunkQueue pending_;  // guarded by mu_
   bool stop_ = false;
   IoCounters counters_;  // guarded by mu_
 };
@@ -200,6 +213,9 @@ absl::StatusOr<IoConfig::Kind> ParseIoKind(const std::string& s) {
 absl::StatusOr<std::unique_ptr<IoEngine>> MakeIoEngine(const IoConfig& config) {
   if (config.queue_depth < 1 || config.queue_depth > 4096)
     return absl::InvalidArgumentError(absl::StrCat("queue depth ", config.queue_depth, " (1..4096)"));
+  if (config.max_speculative_inflight < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("speculative reads in flight ", config.max_speculative_inflight, " (>= 0; 0 = no cap)"));
   if (config.kind == IoConfig::Kind::kPread) return MakePreadEngine(config);
   auto u = UringEngine::Create(config);
   if (u.ok() || config.kind == IoConfig::Kind::kUring) return u;

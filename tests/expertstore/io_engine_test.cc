@@ -5,6 +5,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <condition_variable>
+#include <future>
+#include <thread>
+#include <mutex>
+#include <vector>
 
 #include "common/base/aligned_buffer.h"
 #include "common/expertstore/io_chunks.h"
@@ -76,6 +81,147 @@ TEST_P(IoEngineTest, IoErrorNamesTheRead) {
   EXPECT_NE(std::string(s.message()).find("bad-fd"), std::string::npos);
 }
 
+// A queue-depth-1 engine whose first op is held (its completion callback
+// blocks the engine's only thread) while the ops under test are queued; on
+// release they run one at a time, so the completion order is the queue order.
+class HeldEngine {
+ public:
+  HeldEngine(IoConfig::Kind kind, int max_spec) {
+    dir_ = MakeTempDir("io_held");
+    auto m = WriteSyntheticModel(dir_, 1, 1, [](int, int) { return 64 * 1024; }, 1);
+    fd_ = ::open(m.files[0].c_str(), O_RDONLY);
+    IoConfig c;
+    c.kind = kind;
+    c.queue_depth = 1;
+    c.chunk_bytes = 4096;
+    c.max_speculative_inflight = max_spec;
+    auto e = MakeIoEngine(c);
+    EXPECT_TRUE(e.ok()) << e.status();
+    eng_ = std::move(*e);
+    auto entered = std::make_shared<std::promise<void>>();
+    auto entered_f = entered->get_future();
+    auto release_f = release_.get_future().share();
+    eng_->Submit(Op(0, false, 0, 4096), [entered, release_f, this](absl::Status) {
+      Record(-1);
+      entered->set_value();
+      release_f.wait();
+    });
+    entered_f.wait();  // the engine thread is now blocked: everything below queues
+  }
+  ~HeldEngine() {
+    eng_.reset();
+    ::close(fd_);
+  }
+  ReadOp Op(uint64_t offset, bool speculative, uint64_t tag, uint64_t len = 2 * 4096) {
+    ReadOp op;
+    op.fd = fd_;
+    op.offset = offset;
+    op.length = len;
+    op.dest = buf_.data() + offset % (32 * 1024);
+    op.label = "held";
+    op.speculative = speculative;
+    op.tag = tag;
+    return op;
+  }
+  void Submit(int id, bool speculative, uint64_t tag = 0) {
+    ++submitted_;
+    eng_->Submit(Op(4096 * uint64_t(id % 8), speculative, tag), [this, id](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      Record(id);
+    });
+  }
+  IoEngine& engine() { return *eng_; }
+  // Releases the held op and waits for every op; returns the completion order.
+  std::vector<int> Run() {
+    release_.set_value();
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (int(order_.size()) == submitted_ + 1) return {order_.begin() + 1, order_.end()};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+ private:
+  void Record(int id) {
+    std::lock_guard<std::mutex> l(mu_);
+    order_.push_back(id);
+  }
+  std::string dir_;
+  int fd_ = -1;
+  AlignedBuffer buf_{64 * 1024};
+  std::unique_ptr<IoEngine> eng_;
+  std::promise<void> release_;
+  std::mutex mu_;
+  std::vector<int> order_;
+  int submitted_ = 0;
+};
+
+// A demand fetch joined prefetch 2: its queued chunks overtake prefetch 1
+// (submitted earlier) but not demand reads queued before the promotion.
+TEST_P(IoEngineTest, PromotedPrefetchOvertakesOtherPrefetches) {
+  HeldEngine h(GetParam(), 1);
+  h.Submit(1, true, 11);   // prefetch 1
+  h.Submit(2, true, 22);   // prefetch 2
+  h.Submit(3, false);      // demand
+  EXPECT_EQ(h.engine().Promote(22), 2u);  // both of prefetch 2's chunks
+  EXPECT_EQ(h.engine().Promote(99), 0u);  // no such op
+  h.Submit(4, false);      // demand after the promotion: behind prefetch 2 (now demand)
+  EXPECT_EQ(h.Run(), (std::vector<int>{3, 2, 4, 1}));
+  EXPECT_EQ(h.engine().stats().promoted_chunks, 2u);
+}
+
+// Without a promotion the prefetches keep their order behind every demand read.
+TEST_P(IoEngineTest, SpeculativeChunksGoOnlyWhenNoDemandIsQueued) {
+  HeldEngine h(GetParam(), 1);
+  h.Submit(1, true, 11);
+  h.Submit(2, false);
+  h.Submit(3, true, 33);
+  h.Submit(4, false);
+  EXPECT_EQ(h.Run(), (std::vector<int>{2, 4, 1, 3}));
+}
+
+// However deep the queue, at most max_speculative_inflight speculative
+// chunks are on the device at once.
+TEST_P(IoEngineTest, SpeculativeChunksInFlightAreCapped) {
+  std::string dir = MakeTempDir("io_cap");
+  auto m = WriteSyntheticModel(dir, 1, 1, [](int, int) { return 256 * 1024; }, 1);
+  int fd = ::open(m.files[0].c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  for (int cap : {1, 2}) {
+    IoConfig c;
+    c.kind = GetParam();
+    c.queue_depth = 8;
+    c.chunk_bytes = 4096;
+    c.max_speculative_inflight = cap;
+    auto eng = MakeIoEngine(c);
+    ASSERT_TRUE(eng.ok());
+    AlignedBuffer buf(256 * 1024);
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
+    for (int i = 0; i < 16; ++i) {
+      ReadOp op{fd, uint64_t(i) * 16384, 16384, 16384, buf.data() + i * 16384, -1, "spec"};
+      op.speculative = true;
+      (*eng)->Submit(op, [&](absl::Status s) {
+        EXPECT_TRUE(s.ok()) << s;
+        std::lock_guard<std::mutex> l(mu);
+        ++done;
+        cv.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done == 16; });
+    auto st = (*eng)->stats();
+    EXPECT_GE(st.speculative_high_water, 1u);
+    EXPECT_LE(st.speculative_high_water, uint64_t(cap)) << "cap " << cap;
+    EXPECT_EQ(st.speculative_inflight, 0u);
+    EXPECT_EQ(st.bytes, 16u * 16384u);
+  }
+  ::close(fd);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, IoEngineTest, ::testing::Values(IoConfig::Kind::kUring, IoConfig::Kind::kPread),
                          [](const auto& info) { return info.param == IoConfig::Kind::kUring ? "uring" : "pread"; });
 
@@ -117,9 +263,64 @@ TEST(IoEngine, DemandChunksQueueAheadOfSpeculativeOnes) {
   EXPECT_EQ(order, (std::vector<uint64_t>{0, 4096, 300000, 304096, 100000, 104096, 200000, 204096}));
 }
 
+// The dispatch rule itself: demand first; a speculative front chunk waits
+// while the cap is reached; a promotion moves the tagged op's queued chunks
+// (in order) ahead of the first speculative chunk.
+TEST(IoEngine, ChunkQueueDispatchAndPromotion) {
+  internal::ChunkQueue q(1);
+  uint8_t buf[4 * 4096];
+  auto op = [&](uint64_t offset, bool speculative, uint64_t tag) {
+    auto st = std::make_shared<internal::OpState>();
+    st->op.offset = offset;
+    st->op.length = 2 * 4096;
+    st->op.dest = buf;
+    st->op.speculative = speculative;
+    st->op.tag = tag;
+    return internal::SplitOp(st, 4096);  // two chunks each
+  };
+  auto offsets = [&] {
+    std::vector<uint64_t> o;
+    for (const auto& c : q.queued()) o.push_back(c.offset);
+    return o;
+  };
+  EXPECT_FALSE(q.CanDispatch());
+  q.Enqueue(op(100000, true, 1));  // prefetch P (tag 1)
+  q.Enqueue(op(200000, true, 2));  // prefetch Q (tag 2)
+  ASSERT_TRUE(q.CanDispatch());
+  internal::Chunk p0 = q.Pop();    // P's first chunk: the one speculative slot
+  EXPECT_TRUE(p0.speculative);
+  EXPECT_FALSE(q.CanDispatch());   // cap reached, no demand queued
+  q.Enqueue(op(0, false, 0));      // demand A goes first, despite the cap
+  EXPECT_EQ(offsets(), (std::vector<uint64_t>{0, 4096, 104096, 200000, 204096}));
+  EXPECT_EQ(q.Promote(7), 0u);     // no queued op has that tag: nothing moves
+  EXPECT_EQ(offsets(), (std::vector<uint64_t>{0, 4096, 104096, 200000, 204096}));
+  EXPECT_EQ(q.Promote(2), 2u);     // a fetch joined Q
+  EXPECT_EQ(q.Promote(2), 0u);
+  EXPECT_EQ(offsets(), (std::vector<uint64_t>{0, 4096, 200000, 204096, 104096}));
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(q.CanDispatch());
+    internal::Chunk c = q.Pop();
+    EXPECT_FALSE(c.speculative);   // A and the promoted Q: demand
+  }
+  EXPECT_FALSE(q.CanDispatch());   // P's second chunk waits for the first
+  EXPECT_EQ(q.speculative_inflight(), 1u);
+  q.Finished(p0);
+  EXPECT_TRUE(q.CanDispatch());
+  EXPECT_EQ(q.Pop().offset, 104096u);
+  EXPECT_EQ(q.speculative_high_water(), 1u);
+  // No cap: every speculative chunk may go.
+  internal::ChunkQueue open(0);
+  open.Enqueue(op(0, true, 0));
+  open.Pop();
+  EXPECT_TRUE(open.CanDispatch());
+}
+
 TEST(IoEngine, RejectsBadQueueDepthAndKind) {
   IoConfig c;
   c.queue_depth = 0;
+  EXPECT_EQ(MakeIoEngine(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.queue_depth = 4;
+  c.max_speculative_inflight = -1;
   EXPECT_EQ(MakeIoEngine(c).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseIoKind("mmap").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ParseIoKind("pread").ok());
