@@ -19,11 +19,16 @@
 namespace moe::expertstore {
 
 struct FillState {
+  uint64_t tag = 0;  // ReadOp::tag of its disk read
   bool done = false;
   absl::Status status;
 };
 
 namespace {
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 std::string Mib(uint64_t b) {
   return b >= (16ull << 20) ? absl::StrCat(b >> 20, " MiB") : absl::StrCat(b >> 10, " KiB");
 }
@@ -118,6 +123,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr
     pc.accesses_per_token = double(std::max<uint32_t>(moe_layers, 1)) * config.top_k;
   }
   st->policy_ = HeatPolicy(g.num_layers, g.num_experts, pc);
+  st->gate_ = PrefetchGate(config.prefetch_gate);
   if (!config.heat_file.empty() && ::access(config.heat_file.c_str(), F_OK) == 0) {
     if (auto r = st->policy_.Load(config.heat_file, g.model_id); !r.ok()) {
       MOE_LOG(WARNING) << "ignoring heat file: " << r.message();
@@ -260,6 +266,11 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
     return table_.session(session).state.load() == kSessionAttached && table_.session(session).token.load() == token;
   };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg_.wait_ms);
+  bool waited = false;  // this call counts in fetches_waiting_ (the prefetch gate's u)
+  auto begin_wait = [&] {
+    if (!waited) DemandWaitLocked(true);
+    waited = true;
+  };
   for (size_t i = 0; i < ids.size(); ++i) {
     int id = ids[i];
     auto loc = locator_->Locate(layer, id);
@@ -287,6 +298,10 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
             stats_.prefetch_used++;
             priv_[s].prefetched = false;
           }
+          if (priv_[s].lookahead_unresolved) {
+            priv_[s].lookahead_unresolved = false;
+            gate_.Resolved(true);
+          }
           out[i] = s;
           break;
         }
@@ -294,6 +309,20 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
           if (priv_[s].prefetched) {
             stats_.prefetch_used++;
             priv_[s].prefetched = false;
+          }
+          if (priv_[s].lookahead_unresolved) {
+            priv_[s].lookahead_unresolved = false;
+            gate_.Resolved(true);
+          }
+          if (priv_[s].lookahead_fill) {
+            // A prediction came true while its read is in flight: its queued
+            // chunks become demand reads (lock order store -> engine is safe:
+            // engines call back without their own lock held).
+            priv_[s].lookahead_fill = false;
+            priv_[s].prefetch_fill = false;
+            prefetch_inflight_--;
+            stats_.prefetch_promoted++;
+            io_->Promote(priv_[s].fill->tag);
           }
           stats_.joined_inflight++;
           priv_[s].claims++;
@@ -304,8 +333,10 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
       }
       int64_t s = AllocateLocked(ClassOf(loc->length), pk, false);
       if (s >= 0) {
+        ResolveReusedLocked(static_cast<uint32_t>(s));
         table_.BeginFill(static_cast<uint32_t>(s), layer, id);
         auto fill = std::make_shared<FillState>();
+        fill->tag = ++next_fill_tag_;
         priv_[s].fill = fill;
         priv_[s].claims = 1;
         priv_[s].prefetched = false;
@@ -322,6 +353,7 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
         reads.clear();
         lk.lock();
       }
+      begin_wait();
       if (cv_.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(2))) ==
               std::cv_status::timeout &&
           std::chrono::steady_clock::now() >= deadline) {
@@ -340,6 +372,7 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
   for (size_t i = 0; i < ids.size(); ++i) {
     if (pending[i] < 0) continue;
     uint32_t s = static_cast<uint32_t>(pending[i]);
+    if (!fills[i]->done) begin_wait();
     cv_.wait(lk, [&] { return fills[i]->done; });
     priv_[s].claims--;
     if (fills[i]->status.ok() && !still_attached()) {
@@ -351,7 +384,35 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
       out[i] = fills[i]->status;
     }
   }
+  if (waited) DemandWaitLocked(false);
   return out;
+}
+
+void ExpertStore::DemandWaitLocked(bool begin) {
+  if (begin ? fetches_waiting_++ == 0 : --fetches_waiting_ == 0) gate_.DemandWaiting(begin, NowNs());
+}
+
+void ExpertStore::ResolveReusedLocked(uint32_t slab) {
+  SlabPriv& p = priv_[slab];
+  if (!p.lookahead_unresolved) return;
+  p.lookahead_unresolved = false;
+  // A worker may have leased it in shared memory since the last harvest.
+  bool used = table_.entry(p.lookahead_layer, p.lookahead_expert).hits.load(std::memory_order_relaxed) != 0;
+  gate_.Resolved(used);
+}
+
+void ExpertStore::NoteShmUseLocked(int layer, int expert) {
+  uint32_t sp1 = table_.entry(layer, expert).slab_plus1.load(std::memory_order_relaxed);
+  if (sp1 == 0) return;
+  SlabPriv& p = priv_[sp1 - 1];
+  if (p.lookahead_unresolved && p.lookahead_layer == layer && p.lookahead_expert == expert) {
+    p.lookahead_unresolved = false;
+    gate_.Resolved(true);
+  }
+  if (p.prefetched && p.lookahead_layer == layer && p.lookahead_expert == expert) {
+    p.prefetched = false;
+    stats_.prefetch_used++;
+  }
 }
 
 void ExpertStore::StartReads(std::vector<StartRead> reads) {
@@ -375,6 +436,7 @@ void ExpertStore::StartReads(std::vector<StartRead> reads) {
     op.dest = dest;
     op.buf_index = io_->buffers_registered() ? static_cast<int>(r.slab) : -1;
     op.speculative = r.speculative;
+    op.tag = r.fill->tag;
     op.label = absl::StrCat(files_[r.loc.file], " record (layer ", KeyLayer(table_.slab(r.slab).key.load()),
                             ", id ", KeyExpert(table_.slab(r.slab).key.load()), ")");
     uint32_t slab = r.slab;
@@ -409,11 +471,13 @@ void ExpertStore::OnReadDone(uint32_t slab, const RecordLocation& loc, std::shar
     table_.Abort(slab);
     stats_.read_errors++;
     priv_[slab].prefetched = false;
+    ResolveReusedLocked(slab);
   }
   if (priv_[slab].fill == fill && priv_[slab].prefetch_fill) {
     priv_[slab].prefetch_fill = false;
     prefetch_inflight_--;
   }
+  if (priv_[slab].fill == fill) priv_[slab].lookahead_fill = false;
   fill->status = s;
   fill->done = true;
   cv_.notify_all();
@@ -424,10 +488,15 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
   {
     std::lock_guard<std::mutex> l(mu_);
     uint32_t max_inflight = cfg_.max_prefetch_inflight ? cfg_.max_prefetch_inflight : 2 * io_->queue_depth();
+    const bool gate_open = !lookahead || gate_.Allow(NowNs());
     for (int id : ids) {
       auto loc = locator_->Locate(layer, id);
       if (!loc.ok()) continue;
       if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) continue;  // resident or filling
+      if (!gate_open) {
+        stats_.prefetch_gated++;
+        continue;
+      }
       if (lookahead && prefetch_inflight_ >= max_inflight) break;
       uint32_t pk = policy_.index(layer, id);
       int64_t s = AllocateLocked(ClassOf(loc->length), pk, /*speculative=*/lookahead);
@@ -435,12 +504,18 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
         stats_.prefetch_refused++;
         continue;
       }
+      ResolveReusedLocked(static_cast<uint32_t>(s));
       table_.BeginFill(static_cast<uint32_t>(s), layer, id);
       auto fill = std::make_shared<FillState>();
+      fill->tag = ++next_fill_tag_;
       priv_[s].fill = fill;
       priv_[s].claims = 0;
       priv_[s].prefetched = true;
       priv_[s].prefetch_fill = true;
+      priv_[s].lookahead_fill = lookahead;
+      priv_[s].lookahead_unresolved = lookahead;
+      priv_[s].lookahead_layer = layer;
+      priv_[s].lookahead_expert = id;
       prefetch_inflight_++;
       stats_.prefetch_issued++;
       reads.push_back(StartRead{static_cast<uint32_t>(s), *loc, fill, /*speculative=*/lookahead});
@@ -499,7 +574,10 @@ void ExpertStore::HarvestLocked() {
   for (uint32_t l = 0; l < table_.num_layers(); ++l) {
     for (uint32_t e = 0; e < table_.num_experts(); ++e) {
       uint32_t n = table_.entry(int(l), int(e)).hits.exchange(0, std::memory_order_relaxed);
-      if (n) policy_.Touch(policy_.index(int(l), int(e)), n);
+      if (n) {
+        policy_.Touch(policy_.index(int(l), int(e)), n);
+        NoteShmUseLocked(int(l), int(e));
+      }
     }
   }
 }
@@ -534,6 +612,10 @@ StoreStats ExpertStore::Stats() {
   s.queue_depth = io_->queue_depth();
   s.io_inflight = io.inflight_chunks;
   s.read_gbps = io.busy_ns ? double(io.bytes) / double(io.busy_ns) : 0.0;
+  const uint64_t now = NowNs();
+  s.prefetch_gate_open = gate_.Allow(now);
+  s.prefetch_precision = gate_.precision();
+  s.demand_busy = gate_.demand_busy(now);
   return s;
 }
 

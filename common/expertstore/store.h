@@ -35,6 +35,7 @@
 #include "common/expertstore/expert_table.h"
 #include "common/expertstore/io_engine.h"
 #include "common/expertstore/policy.h"
+#include "common/expertstore/prefetch_gate.h"
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/shm_region.h"
 #include "common/expertstore/tier.h"
@@ -52,6 +53,7 @@ struct StoreConfig {
   std::string heat_file;          // load at start (if present), save on SaveHeat/destruction
   int64_t wait_ms = 10000;        // how long a fetch waits for a free slab
   uint32_t max_prefetch_inflight = 0;  // 0 = 2 x queue depth
+  PrefetchGateConfig prefetch_gate;    // when look-ahead hints are worth reading (prefetch_gate.h)
 };
 
 struct TierStats {
@@ -69,6 +71,11 @@ struct StoreStats {
   uint64_t prefetch_issued = 0;
   uint64_t prefetch_used = 0;       // prefetched records later requested
   uint64_t prefetch_refused = 0;    // admission said no (victims hotter)
+  uint64_t prefetch_promoted = 0;   // look-ahead fills a fetch joined in flight (queued reads became demand)
+  uint64_t prefetch_gated = 0;      // look-ahead misses not read: the prefetch gate was closed
+  bool prefetch_gate_open = true;   // the gate's decision now
+  double prefetch_precision = 0;    // the gate's decayed look-ahead precision p
+  double demand_busy = 0;           // the gate's decayed share of time fetches waited, u
   uint64_t slabs_total = 0, slabs_active = 0, slabs_ready = 0, slabs_filling = 0, slabs_leased = 0;
   uint64_t arena_bytes = 0, budget_bytes = 0, resident_bytes = 0;
   uint32_t sessions = 0;
@@ -139,6 +146,9 @@ class ExpertStore {
     uint32_t claims = 0;          // fetches waiting to lease this slab
     bool prefetched = false;      // filled by a hint, not yet requested
     bool prefetch_fill = false;   // a hint's read is in flight
+    bool lookahead_fill = false;  // ... and it is a look-ahead (speculative) read
+    bool lookahead_unresolved = false;  // a look-ahead fill no fetch used yet (gate precision)
+    int lookahead_layer = -1, lookahead_expert = -1;  // its key
     bool to_disable = false;
     TierId source = TierId::kDisk;
     std::shared_ptr<struct FillState> fill;
@@ -149,6 +159,11 @@ class ExpertStore {
     std::shared_ptr<struct FillState> fill;
     bool speculative = false;  // a look-ahead prefetch: its reads yield to demand reads
   };
+  // A slab from AllocateLocked is reused: a look-ahead fill it held goes unused.
+  void ResolveReusedLocked(uint32_t slab);
+  void DemandWaitLocked(bool begin);
+  // Workers hit (layer, expert) in shared memory: a prefetch of it was used.
+  void NoteShmUseLocked(int layer, int expert);
 
   ExpertStore() = default;
   uint32_t ClassOf(uint64_t length) const;
@@ -176,6 +191,9 @@ class ExpertStore {
   std::vector<uint64_t> class_bytes_;  // slab bytes per class
   StoreStats stats_;
   uint32_t prefetch_inflight_ = 0;
+  PrefetchGate gate_;
+  uint32_t fetches_waiting_ = 0;  // Fetch calls now waiting for a read or a slab
+  uint64_t next_fill_tag_ = 0;    // ReadOp::tag of fills (for IoEngine::Promote)
   std::chrono::steady_clock::time_point last_harvest_{};
 };
 

@@ -114,6 +114,11 @@ void FillStats(ExpertStore& store, StatsReply* rep) {
   rep->set_queue_depth(static_cast<uint32_t>(s.queue_depth));
   rep->set_io_inflight(s.io_inflight);
   rep->set_read_gbps(s.read_gbps);
+  rep->set_prefetch_promoted(s.prefetch_promoted);
+  rep->set_prefetch_gated(s.prefetch_gated);
+  rep->set_prefetch_gate_open(s.prefetch_gate_open);
+  rep->set_prefetch_precision(s.prefetch_precision);
+  rep->set_demand_busy(s.demand_busy);
 }
 
 grpc::Status ExpertdService::Stats(grpc::ServerContext*, const StatsRequest*, StatsReply* rep) {

@@ -35,8 +35,8 @@ int Main(int argc, char** argv) {
   using namespace moe;
   std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr;
   uint64_t budget = 0, chunk = 2ull << 20;
-  int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000;
-  bool page_cache = true, populate = false, register_buffers = true;
+  int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000, spec_inflight = 1;
+  bool page_cache = true, populate = false, register_buffers = true, prefetch_gate = true;
   FlagSet flags("expertd", "Serve routed experts from a shared-memory cache to inference workers.");
   flags.AddString("model", &model_dir, "moestream container directory (moe convert output)");
   flags.AddString("manifest", &manifest, "or: a text manifest of expert records (tests, synthetic models)");
@@ -45,6 +45,11 @@ int Main(int argc, char** argv) {
   flags.AddInt("top-k", &top_k, "experts per layer per token; the budget must hold one layer's top-k");
   flags.AddInt("queue-depth", &qd, "reads in flight");
   flags.AddBytes("chunk", &chunk, "bytes per read request (records are split into chunks)");
+  flags.AddInt("spec-inflight", &spec_inflight,
+               "look-ahead (speculative) read chunks in flight at once, sent only while no demand read is queued "
+               "(0 = no cap)");
+  flags.AddBool("prefetch-gate", &prefetch_gate,
+                "read look-ahead hints only while their precision beats the share of time fetches wait");
   flags.AddString("io", &io_kind, "io engine: auto (io_uring, else pread), uring, pread");
   flags.AddBool("register-buffers", &register_buffers, "register slabs as io_uring fixed buffers");
   flags.AddBool("page-cache", &page_cache, "serve records already in the OS page cache without disk reads");
@@ -60,6 +65,8 @@ int Main(int argc, char** argv) {
   if (budget == 0) return Fail(absl::InvalidArgumentError("--budget is required (e.g. --budget 12G)"));
   if (top_k < 1 || max_sessions < 1 || max_sessions > 4096)
     return Fail(absl::InvalidArgumentError("--top-k / --max-sessions out of range"));
+  if (spec_inflight < 0 || spec_inflight > 4096)
+    return Fail(absl::InvalidArgumentError("--spec-inflight must be in [0, 4096] (0 = no cap)"));
 
   // Block the stop signals before any thread starts; main waits for them.
   sigset_t stop = BlockStopSignals();
@@ -80,6 +87,8 @@ int Main(int argc, char** argv) {
   cfg.max_sessions = static_cast<uint32_t>(max_sessions);
   cfg.io.queue_depth = static_cast<int>(qd);
   cfg.io.chunk_bytes = chunk;
+  cfg.io.max_speculative_inflight = static_cast<int>(spec_inflight);
+  cfg.prefetch_gate.enabled = prefetch_gate;
   cfg.io.register_buffers = register_buffers;
   auto kind = expertstore::ParseIoKind(io_kind);
   if (!kind.ok()) return Fail(kind.status());

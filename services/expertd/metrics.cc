@@ -52,6 +52,16 @@ class StoreCollectable final : public prometheus::Collectable {
     add("moe_expertd_prefetch_issued_total", "reads started from hints", T::Counter, double(s.prefetch_issued));
     add("moe_expertd_prefetch_used_total", "prefetched records later requested", T::Counter, double(s.prefetch_used));
     add("moe_expertd_prefetch_refused_total", "hints refused by admission", T::Counter, double(s.prefetch_refused));
+    add("moe_expertd_prefetch_promoted_total", "look-ahead reads a fetch joined in flight (made demand)", T::Counter,
+        double(s.prefetch_promoted));
+    add("moe_expertd_prefetch_gated_total", "look-ahead misses not read: prefetch gate closed", T::Counter,
+        double(s.prefetch_gated));
+    add("moe_expertd_prefetch_gate_open", "1 while look-ahead hints are read", T::Gauge,
+        s.prefetch_gate_open ? 1.0 : 0.0);
+    add("moe_expertd_prefetch_precision", "decayed share of look-ahead fills used (gate's p)", T::Gauge,
+        s.prefetch_precision);
+    add("moe_expertd_demand_busy", "decayed share of time fetches waited for reads (gate's u)", T::Gauge,
+        s.demand_busy);
     add("moe_expertd_arena_bytes", "shared-memory arena size", T::Gauge, double(s.arena_bytes));
     add("moe_expertd_budget_bytes", "active budget", T::Gauge, double(s.budget_bytes));
     add("moe_expertd_resident_bytes", "bytes of resident experts (slab capacity)", T::Gauge, double(s.resident_bytes));

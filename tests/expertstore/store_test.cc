@@ -247,6 +247,75 @@ TEST(ExpertStore, CurrentRoutingHintsFillLikeDemandLookaheadHintsAreGated) {
   EXPECT_EQ(st->Stats().prefetch_issued, before + uint64_t(la));
 }
 
+// The prefetch gate's precision: a look-ahead fill counts as used when a
+// fetch takes it or a worker leases it in shared memory, as unused when its
+// slab is evicted first.
+TEST(ExpertStore, LookaheadPrecisionCountsFetchAndShmUseAndUnusedEvictions) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_precision"), 2, 8, [](int, int) { return kRec; });
+  StoreConfig c;
+  c.prefetch_gate.precision_decay = 1.0;  // plain counts: (1 + used) / (2 + resolved)
+  auto st = MakeStore(m, 3, c);
+  auto sess = st->OpenSession(1);
+  EXPECT_DOUBLE_EQ(st->Stats().prefetch_precision, 0.5);
+  ASSERT_EQ(st->Hint(0, {1, 2}), 2);
+  for (int i = 0; i < 500 && st->Stats().slabs_ready < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  auto r = st->Fetch(sess->index, 0, {1});  // used by a fetch (a hit, or joining the read)
+  ASSERT_TRUE(r[0].ok());
+  st->table().Release(sess->index, *r[0]);
+  EXPECT_NEAR(st->Stats().prefetch_precision, 2.0 / 3, 1e-9);
+  auto l = st->table().TryLease(sess->index, 0, 2);  // used in shared memory
+  ASSERT_TRUE(l);
+  st->table().Release(sess->index, l->slab);
+  std::this_thread::sleep_for(std::chrono::milliseconds(25));  // past the harvest interval
+  st->Maintain();
+  EXPECT_NEAR(st->Stats().prefetch_precision, 3.0 / 4, 1e-9);
+  EXPECT_EQ(st->Stats().prefetch_used, 2u);
+  ASSERT_EQ(st->Hint(1, {5}), 1);  // the third slab, never used:
+  for (int i = 0; i < 500 && st->Stats().slabs_ready < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  auto x = st->Fetch(sess->index, 0, {3, 4, 5});  // needs all three slabs at once
+  for (auto& y : x) {
+    ASSERT_TRUE(y.ok()) << y.status();
+    st->table().Release(sess->index, *y);
+  }
+  EXPECT_NEAR(st->Stats().prefetch_precision, 3.0 / 5, 1e-9);
+}
+
+// While fetches wait for the disk (here: for a slab, every one leased) most
+// of the time and precision is no better, look-ahead hints are not read; the
+// gate reopens once the waits stop. With the gate off they are tried as before.
+TEST(ExpertStore, PrefetchGateStopsLookaheadReadsWhileFetchesWait) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_gate"), 2, 8, [](int, int) { return kRec; });
+  for (bool enabled : {true, false}) {
+    StoreConfig c;
+    c.prefetch_gate.enabled = enabled;
+    c.prefetch_gate.busy_tau_s = 0.005;  // the test's time scale
+    c.wait_ms = 5000;
+    auto st = MakeStore(m, 2, c);
+    auto sess = st->OpenSession(1);
+    auto a = st->Fetch(sess->index, 0, {0, 1});  // both slabs leased
+    ASSERT_TRUE(a[0].ok() && a[1].ok());
+    std::thread waiter([&] {
+      auto b = st->Fetch(sess->index, 0, {2});
+      ASSERT_TRUE(b[0].ok()) << b[0].status();
+      st->table().Release(sess->index, *b[0]);
+    });
+    for (int i = 0; i < 1000 && st->Stats().demand_busy < 0.95; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_GE(st->Stats().demand_busy, 0.95);
+    EXPECT_EQ(st->Stats().prefetch_gate_open, !enabled);
+    EXPECT_EQ(st->Hint(1, {3, 4}, /*lookahead=*/true), 0);
+    auto s = st->Stats();
+    EXPECT_EQ(s.prefetch_gated, enabled ? 2u : 0u);
+    EXPECT_EQ(s.prefetch_refused, enabled ? 0u : 2u);  // tried: no slab to take
+    st->table().Release(sess->index, *a[0]);
+    st->table().Release(sess->index, *a[1]);
+    waiter.join();
+    for (int i = 0; i < 1000 && st->Stats().demand_busy > 0.05; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_TRUE(st->Stats().prefetch_gate_open);
+  }
+}
+
 TEST(ExpertStore, PinnedExpertsStayAndSessionCloseReleasesLeases) {
   auto m = WriteSyntheticModel(MakeTempDir("store_pin"), 2, 8, [](int, int) { return kRec; });
   auto st = MakeStore(m, 2);

@@ -118,6 +118,8 @@ struct RunResult {
   double seconds = 0, tps = 0, hit_rate = 0, read_gbps = 0, floor_tps = 0, vs_floor = 0;
   double compute_s = 0, fetch_s = 0;  // timed tokens: in the kernels, waiting in FetchExperts
   uint64_t gets = 0, hits = 0, disk_bytes = 0, prefetch_issued = 0, prefetch_used = 0, prefetch_refused = 0;
+  uint64_t prefetch_promoted = 0, prefetch_gated = 0;
+  double precision = 0, demand_busy = 0;  // expertd's prefetch gate at the end of the run
 };
 
 uint64_t DiskBytes(const expertd::StatsReply& r) {
@@ -358,6 +360,10 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
       rr.prefetch_issued = after.prefetch_issued() - before.prefetch_issued();
       rr.prefetch_used = after.prefetch_used() - before.prefetch_used();
       rr.prefetch_refused = after.prefetch_refused() - before.prefetch_refused();
+      rr.prefetch_promoted = after.prefetch_promoted() - before.prefetch_promoted();
+      rr.prefetch_gated = after.prefetch_gated() - before.prefetch_gated();
+      rr.precision = after.prefetch_precision();
+      rr.demand_busy = after.demand_busy();
       results.push_back(rr);
     }
   }
@@ -386,6 +392,8 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
                            {"read_gbps", r.read_gbps}, {"floor_tokens_per_second", r.floor_tps},
                            {"vs_floor", r.vs_floor}, {"prefetch_issued", r.prefetch_issued},
                            {"prefetch_used", r.prefetch_used}, {"prefetch_refused", r.prefetch_refused},
+                           {"prefetch_promoted", r.prefetch_promoted}, {"prefetch_gated", r.prefetch_gated},
+                           {"gate_precision", r.precision}, {"gate_demand_busy", r.demand_busy},
                            {"compute_seconds", r.compute_s}, {"fetch_wait_seconds", r.fetch_s}});
     std::printf("%s\n", j.dump(1).c_str());
     return absl::OkStatus();
@@ -395,14 +403,16 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
               (long long)sl.inter, std::string(Name(sl.format)).c_str(), sl.record_bytes / 1e6);
   std::printf("floors (same run, start / end): raw O_DIRECT read %.2f / %.2f GB/s; one expert from RAM %.2f / %.2f ms\n",
               raw0, raw1, t_expert0 * 1e3, t_expert1 * 1e3);
-  std::printf("%-7s %-8s %8s %8s %9s %9s %11s %8s %11s %11s %15s\n", "budget", "prefetch", "tok/s", "hit",
-              "read GB/s", "read/raw", "floor tok/s", "vs floor", "compute ms", "fetch ms", "hint reads/refused");
+  std::printf("%-7s %-8s %8s %8s %9s %9s %11s %8s %11s %11s %15s %15s %9s\n", "budget", "prefetch", "tok/s", "hit",
+              "read GB/s", "read/raw", "floor tok/s", "vs floor", "compute ms", "fetch ms", "hint reads/refused",
+              "gated/promoted", "gate p/u");
   for (const auto& r : results)
-    std::printf("%5d%%  %-8s %8.2f %7.1f%% %9.2f %8.0f%% %11.2f %7.0f%% %11.1f %11.1f %8llu/%-6llu\n",
+    std::printf("%5d%%  %-8s %8.2f %7.1f%% %9.2f %8.0f%% %11.2f %7.0f%% %11.1f %11.1f %8llu/%-6llu %8llu/%-6llu %4.2f/%4.2f\n",
                 r.budget_pct, r.prefetch ? "on" : "off", r.tps, 100 * r.hit_rate, r.read_gbps,
                 100 * r.read_gbps / raw, r.floor_tps, 100 * r.vs_floor, 1e3 * r.compute_s / r.tokens,
                 1e3 * r.fetch_s / r.tokens, (unsigned long long)r.prefetch_issued,
-                (unsigned long long)r.prefetch_refused);
+                (unsigned long long)r.prefetch_refused, (unsigned long long)r.prefetch_gated,
+                (unsigned long long)r.prefetch_promoted, r.precision, r.demand_busy);
   std::printf("(compute ms / fetch ms: per timed token, in the kernels / waiting for FetchExperts)\n");
   return absl::OkStatus();
 }

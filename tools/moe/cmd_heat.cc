@@ -107,7 +107,9 @@ int RunHeat(int argc, char** argv) {
     j["evictions"] = st->evictions();
     j["read_errors"] = st->read_errors();
     j["prefetch"] = {{"issued", st->prefetch_issued()}, {"used", st->prefetch_used()},
-                     {"refused", st->prefetch_refused()}};
+                     {"refused", st->prefetch_refused()}, {"promoted", st->prefetch_promoted()},
+                     {"gated", st->prefetch_gated()}, {"gate_open", st->prefetch_gate_open()},
+                     {"precision", st->prefetch_precision()}, {"demand_busy", st->demand_busy()}};
     j["slabs"] = {{"total", st->slabs_total()}, {"active", st->slabs_active()}, {"ready", st->slabs_ready()},
                   {"filling", st->slabs_filling()}, {"leased", st->slabs_leased()}};
     j["bytes"] = {{"arena", st->arena_bytes()}, {"budget", st->budget_bytes()}, {"resident", st->resident_bytes()}};
@@ -138,8 +140,11 @@ int RunHeat(int argc, char** argv) {
   std::printf("io %s qd %u  in flight %lu  read %.2f GB/s  errors %lu  evictions %lu\n", st->io_engine().c_str(),
               st->queue_depth(), (unsigned long)st->io_inflight(), st->read_gbps(), (unsigned long)st->read_errors(),
               (unsigned long)st->evictions());
-  std::printf("prefetch issued %lu used %lu refused %lu\n", (unsigned long)st->prefetch_issued(),
-              (unsigned long)st->prefetch_used(), (unsigned long)st->prefetch_refused());
+  std::printf("prefetch issued %lu used %lu refused %lu promoted %lu gated %lu; gate %s (precision %.2f, demand busy %.2f)\n",
+              (unsigned long)st->prefetch_issued(), (unsigned long)st->prefetch_used(),
+              (unsigned long)st->prefetch_refused(), (unsigned long)st->prefetch_promoted(),
+              (unsigned long)st->prefetch_gated(), st->prefetch_gate_open() ? "open" : "closed",
+              st->prefetch_precision(), st->demand_busy());
   std::printf("hottest experts:\n");
   for (int i = 0; i < top && i < int(order.size()) && h->heat(int(order[i])) > 0; ++i) {
     size_t k = order[i];
