@@ -9,6 +9,10 @@
 //     falling back to plain reads when registration fails;
 //   - a pread thread pool of queue_depth threads (io_uring unavailable,
 //     or forced for comparison).
+// Priorities (internal::ChunkQueue, one rule for both): demand chunks are
+// dispatched first; a speculative (prefetch) chunk only while no demand
+// chunk is queued and fewer than max_speculative_inflight are in flight;
+// Promote(tag) turns a prefetch that a demand read now waits for into demand.
 // Errors: a short read (EOF before `length` bytes) or an I/O error fails
 // that op only, with a message naming the op's label, offset and counts.
 //

@@ -23,7 +23,9 @@
 // u ~ 0.7 ~ p, decided by the measured precision. While closed, p keeps its
 // last value (nothing new resolves) and u alone reopens the gate when demand
 // waits drop (e.g. the budget grows). Start: p = 1/2 (one pseudo-hit of two
-// pseudo-resolutions), u = 0: open.
+// pseudo-resolutions), u = 0: open. The store asks the gate only for fills
+// that would evict: one into a free slab (a warming arena) costs no slab and
+// its reads use only spare disk capacity (IoConfig::max_speculative_inflight).
 //
 // Deterministic: time comes in as arguments (ns on any monotonic clock).
 // Not thread-safe: the store calls it under its lock.

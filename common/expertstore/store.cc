@@ -401,6 +401,13 @@ void ExpertStore::ResolveReusedLocked(uint32_t slab) {
   gate_.Resolved(used);
 }
 
+bool ExpertStore::HasFreeSlabLocked(uint32_t cls) const {
+  const auto& c = table_.header().classes[cls];
+  for (uint32_t s = c.first_slab; s < c.first_slab + c.num_slabs; ++s)
+    if (CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed)) == kSlabFree && !priv_[s].to_disable) return true;
+  return false;
+}
+
 void ExpertStore::NoteShmUseLocked(int layer, int expert) {
   uint32_t sp1 = table_.entry(layer, expert).slab_plus1.load(std::memory_order_relaxed);
   if (sp1 == 0) return;
@@ -493,7 +500,10 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
       auto loc = locator_->Locate(layer, id);
       if (!loc.ok()) continue;
       if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) continue;  // resident or filling
-      if (!gate_open) {
+      // The gate weighs the disk and the slab a fill takes from demand; a
+      // fill into a free slab (arena still warming up) evicts nothing and its
+      // reads use only spare disk capacity, so it is not gated.
+      if (!gate_open && !HasFreeSlabLocked(ClassOf(loc->length))) {
         stats_.prefetch_gated++;
         continue;
       }

@@ -123,7 +123,12 @@ class ExpertStore {
   //    to this layer's state, ~72% right): speculative, lower priority. It
   //    only evicts a key colder than what it brings (admission; refused hints
   //    count in prefetch_refused) and at most max_prefetch_inflight of them
-  //    are in flight.
+  //    are in flight. Its reads go to the disk only in spare capacity
+  //    (IoConfig::max_speculative_inflight); a Fetch that joins one in flight
+  //    promotes its queued reads to demand priority (prefetch_promoted). The
+  //    prefetch gate (prefetch_gate.h) skips look-ahead hints that would
+  //    evict (no free slab) while fetches wait for the disk more often than
+  //    predictions come true (prefetch_gated counts the misses not read).
   //  * current (`lookahead` false): the routing the worker computed and is
   //    about to fetch: certain, so it is filled like a demand miss (evicts
   //    the coldest unleased slab, not capped), only without a lease.
@@ -162,6 +167,8 @@ class ExpertStore {
   // A slab from AllocateLocked is reused: a look-ahead fill it held goes unused.
   void ResolveReusedLocked(uint32_t slab);
   void DemandWaitLocked(bool begin);
+  // A free (active, empty) slab in class `cls`: a fill there evicts nothing.
+  bool HasFreeSlabLocked(uint32_t cls) const;
   // Workers hit (layer, expert) in shared memory: a prefetch of it was used.
   void NoteShmUseLocked(int layer, int expert);
 

@@ -280,22 +280,32 @@ TEST(ExpertStore, LookaheadPrecisionCountsFetchAndShmUseAndUnusedEvictions) {
   EXPECT_NEAR(st->Stats().prefetch_precision, 3.0 / 5, 1e-9);
 }
 
-// While fetches wait for the disk (here: for a slab, every one leased) most
-// of the time and precision is no better, look-ahead hints are not read; the
-// gate reopens once the waits stop. With the gate off they are tried as before.
+// While fetches wait for the disk (here: for a slab, every one of the class
+// leased) most of the time and precision is no better, look-ahead hints that
+// would evict are not read; one into a free slab (another size class here)
+// still is. The gate reopens once the waits stop. With the gate off, hints
+// are tried as before.
 TEST(ExpertStore, PrefetchGateStopsLookaheadReadsWhileFetchesWait) {
-  auto m = WriteSyntheticModel(MakeTempDir("store_gate"), 2, 8, [](int, int) { return kRec; });
+  // Layer 1's records are twice as large: their own size class.
+  auto m = WriteSyntheticModel(MakeTempDir("store_gate"), 2, 8, [](int l, int) { return l == 1 ? 2 * kRec : kRec; });
   for (bool enabled : {true, false}) {
+    auto loc = ManifestLocator::Load(m.manifest);
+    ASSERT_TRUE(loc.ok());
     StoreConfig c;
+    c.top_k = 2;
+    c.budget_bytes = 2 * AlignUp(2 * kRec, 4096) + 2 * kSlab;  // 2 large + 2 small slabs
     c.prefetch_gate.enabled = enabled;
     c.prefetch_gate.busy_tau_s = 0.005;  // the test's time scale
     c.wait_ms = 5000;
-    auto st = MakeStore(m, 2, c);
+    auto created = ExpertStore::Create(std::move(*loc), c);
+    ASSERT_TRUE(created.ok()) << created.status();
+    auto& st = *created;
+    ASSERT_EQ(st->table().header().num_classes, 2u);
     auto sess = st->OpenSession(1);
-    auto a = st->Fetch(sess->index, 0, {0, 1});  // both slabs leased
+    auto a = st->Fetch(sess->index, 1, {0, 1});  // both large slabs leased
     ASSERT_TRUE(a[0].ok() && a[1].ok());
     std::thread waiter([&] {
-      auto b = st->Fetch(sess->index, 0, {2});
+      auto b = st->Fetch(sess->index, 1, {2});
       ASSERT_TRUE(b[0].ok()) << b[0].status();
       st->table().Release(sess->index, *b[0]);
     });
@@ -307,6 +317,7 @@ TEST(ExpertStore, PrefetchGateStopsLookaheadReadsWhileFetchesWait) {
     auto s = st->Stats();
     EXPECT_EQ(s.prefetch_gated, enabled ? 2u : 0u);
     EXPECT_EQ(s.prefetch_refused, enabled ? 0u : 2u);  // tried: no slab to take
+    EXPECT_EQ(st->Hint(0, {3}, /*lookahead=*/true), 1);  // a free small slab: evicts nothing
     st->table().Release(sess->index, *a[0]);
     st->table().Release(sess->index, *a[1]);
     waiter.join();

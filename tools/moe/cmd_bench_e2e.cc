@@ -14,7 +14,9 @@
 //
 // Budgets are set on the running expertd with the admin SetBudget RPC (start
 // it with --budget >= the whole slice, --no-page-cache so misses are disk
-// reads). Each (budget, prefetch) run decodes its own window of the trace:
+// reads). Each (budget, prefetch) run decodes its own window of the trace
+// (off first, then on; --prefetch-first swaps both the order and the windows,
+// so repeats in both orders cancel a bias of the window or of the order):
 // --warmup tokens untimed, then --tokens timed.
 //
 // Floors measured in the same run: raw O_DIRECT io_uring read GB/s of the
@@ -134,7 +136,7 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
   int64_t tokens = 24, warmup = 8, seed = 1, qd = 8;
   uint64_t chunk = 2ull << 20;
   double accuracy = 0.72, zipf = 0.9, keep = 0.35;
-  bool json = false;
+  bool json = false, prefetch_first = false;
   FlagSet flags("e2e", "Decode the expert path of tokens through expertd on a moe synth slice.");
   flags.AddString("slice", &slice_dir, "moe synth output directory (slice.json)");
   flags.AddString("expertd", &sock, "unix socket of an expertd serving DIR/slice.manifest");
@@ -149,6 +151,7 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
   flags.AddInt("queue-depth", &qd, "raw floor: reads in flight (use expertd's --queue-depth)");
   flags.AddBytes("chunk", &chunk, "raw floor: bytes per read (use expertd's --chunk)");
   flags.AddBool("json", &json, "print JSON");
+  flags.AddBool("prefetch-first", &prefetch_first, "per budget, run prefetch on before off (and on the earlier window)");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -276,7 +279,7 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
   std::uniform_real_distribution<double> u(0, 1);
   int window = 0;
   for (int pct : budgets) {
-    for (bool prefetch : {false, true}) {
+    for (bool prefetch : {prefetch_first, !prefetch_first}) {
       RunResult rr;
       rr.budget_pct = pct;
       rr.prefetch = prefetch;
