@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <random>
 
@@ -20,6 +21,10 @@ namespace moe::expertstore {
 
 struct FillState {
   uint64_t tag = 0;  // ReadOp::tag of its disk read
+  // A fetch joined this look-ahead fill: its reads are demand reads. Set
+  // before IoEngine::Promote; StartReads re-checks it after Submit, so a
+  // promotion racing with the submission is not lost.
+  std::atomic<bool> promoted{false};
   bool done = false;
   absl::Status status;
 };
@@ -322,6 +327,7 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
             priv_[s].prefetch_fill = false;
             prefetch_inflight_--;
             stats_.prefetch_promoted++;
+            priv_[s].fill->promoted.store(true);
             io_->Promote(priv_[s].fill->tag);
           }
           stats_.joined_inflight++;
@@ -442,16 +448,18 @@ void ExpertStore::StartReads(std::vector<StartRead> reads) {
     op.io_length = io_len;
     op.dest = dest;
     op.buf_index = io_->buffers_registered() ? static_cast<int>(r.slab) : -1;
-    op.speculative = r.speculative;
+    op.speculative = r.speculative && !r.fill->promoted.load();
     op.tag = r.fill->tag;
     op.label = absl::StrCat(files_[r.loc.file], " record (layer ", KeyLayer(table_.slab(r.slab).key.load()),
                             ", id ", KeyExpert(table_.slab(r.slab).key.load()), ")");
     uint32_t slab = r.slab;
     RecordLocation loc = r.loc;
     auto fill = r.fill;
+    const bool speculative = op.speculative;
     io_->Submit(std::move(op), [this, slab, loc, fill, t0](absl::Status s) {
       OnReadDone(slab, loc, fill, std::move(s), TierId::kDisk, t0);
     });
+    if (speculative && fill->promoted.load()) io_->Promote(fill->tag);
   }
 }
 
