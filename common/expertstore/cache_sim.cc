@@ -149,6 +149,7 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
   for (uint32_t k : t.keys) {
     ++r.accesses;
     p.Touch(k);
+    if (!res.empty()) p.Observe(res[rng() % res.size()]);  // a resident key to learn from
     if (pos[k] >= 0) {
       ++r.hits;
       continue;
@@ -166,6 +167,7 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
         }
       }
       pos[res[best]] = -1;
+      p.Evicted(res[best]);
       if (best + 1 != res.size()) {
         res[best] = res.back();
         pos[res[best]] = int64_t(best);
@@ -174,6 +176,7 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
     }
     pos[k] = int64_t(res.size());
     res.push_back(k);
+    p.Filled(k);
   }
   return r;
 }

@@ -55,9 +55,11 @@ struct SimResult {
 };
 
 SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
-// Our policy with sampled eviction (the lowest score among `sample` random
+// Our policy (learned or heat order, per c.learned) with sampled eviction (the lowest score among `sample` random
 // residents, as exact scans over thousands of slots per miss make long
 // replays slow; expertd itself scans exactly, which can only do better).
+// The learned order is trained as in expertd: one random resident observed
+// per access, fills and evictions reported.
 // accesses_per_token is taken from the trace.
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64);
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
