@@ -219,4 +219,57 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots) {
   return r;
 }
 
+SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, uint32_t phase_tokens, double keep_prob,
+                           int sample) {
+  SimResult r;
+  const uint32_t E = t.num_experts, K = t.top_k;
+  const size_t per_token = size_t(t.num_layers) * K, nkeys = size_t(t.num_layers) * E;
+  if (phase_tokens == 0) phase_tokens = std::max<uint32_t>(1, t.num_tokens);
+  const size_t phases = t.num_tokens / phase_tokens + 1;
+  std::vector<float> freq(phases * nkeys, 0.f);  // [phase][key]: uses per token in that phase
+  for (size_t i = 0; i < t.keys.size(); ++i) freq[(i / per_token) / phase_tokens * nkeys + t.keys[i]] += 1.f / float(phase_tokens);
+  std::vector<uint64_t> last(nkeys, ~0ull);
+  std::vector<int64_t> pos(nkeys, -1);
+  std::vector<uint32_t> res;
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < t.keys.size(); ++i) {
+    const uint32_t k = t.keys[i];
+    const size_t tok = i / per_token, cur_layer = (i % per_token) / K;
+    last[k] = i;
+    ++r.accesses;
+    if (pos[k] >= 0) {
+      ++r.hits;
+      continue;
+    }
+    if (slots == 0) continue;
+    if (res.size() >= slots) {
+      const float* p = &freq[tok / phase_tokens * nkeys];
+      auto likely = [&](uint32_t q) {
+        const size_t l = q / E;
+        // Start of its layer's most recent visit (this token's if already reached).
+        const size_t visit = l <= cur_layer ? tok * per_token + l * K : (tok ? (tok - 1) * per_token + l * K : 0);
+        const bool reused = last[q] != ~0ull && last[q] >= visit && last[q] < visit + K;
+        const double q1 = reused ? keep_prob + (1 - keep_prob) * p[q] : p[q];
+        return q1 + 3.0 * p[q];
+      };
+      size_t best = rng() % res.size();
+      double bs = likely(res[best]);
+      for (int s = 0; s < sample; ++s) {
+        size_t j = rng() % res.size();
+        double v = likely(res[j]);
+        if (v < bs) bs = v, best = j;
+      }
+      pos[res[best]] = -1;
+      if (best + 1 != res.size()) {
+        res[best] = res.back();
+        pos[res[best]] = int64_t(best);
+      }
+      res.pop_back();
+    }
+    pos[k] = int64_t(res.size());
+    res.push_back(k);
+  }
+  return r;
+}
+
 }  // namespace moe::expertstore

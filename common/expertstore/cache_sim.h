@@ -63,5 +63,15 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
 // accesses_per_token is taken from the trace.
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64);
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
+// What a demand policy could reach on a synthetic trace if it knew the
+// generator's distribution: it is told each phase's expert frequencies (the
+// trace's own counts per `phase_tokens`) and the reuse chance `keep_prob`,
+// and evicts the key least likely to be used within the next 4 tokens
+// (q + 3p: q the chance at its layer's next visit, p the phase frequency;
+// the horizon barely matters between 2 and 20 tokens). Belady additionally
+// knows the random draws themselves, which no online policy can; the gap
+// between this bound and Belady is out of reach for any online policy.
+SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, uint32_t phase_tokens, double keep_prob,
+                           int sample = 64);
 
 }  // namespace moe::expertstore

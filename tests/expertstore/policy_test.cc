@@ -180,6 +180,11 @@ TEST(CacheSim, OrderingOnASkewedGlmShapedTrace) {
   EXPECT_LE(lru.hit_rate(), opt.hit_rate());
   EXPECT_LE(heat.hit_rate(), opt.hit_rate());
   EXPECT_GT(heat.hit_rate(), lru.hit_rate());  // frequency pays on skewed routing
+  // Knowing the generator's distribution beats estimating it, and still
+  // falls short of knowing the draws.
+  auto informed = SimulateInformed(t, slots, c.phase_tokens, c.keep_prob);
+  EXPECT_GT(informed.hit_rate(), heat.hit_rate());
+  EXPECT_LT(informed.hit_rate(), opt.hit_rate());
 }
 
 TEST(CacheSim, TraceFileRoundTripsAndRejectsGarbage) {
