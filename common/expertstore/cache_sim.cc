@@ -20,7 +20,8 @@ RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c) {
   t.num_experts = c.num_experts;
   t.top_k = std::min(c.top_k, c.num_experts);
   t.num_tokens = c.num_tokens;
-  std::mt19937_64 rng(c.seed);
+  std::mt19937_64 rng(c.seed);  // popularity and phases
+  std::mt19937_64 draw(c.draw_seed ? c.draw_seed : c.seed * 0x9e3779b97f4a7c15ull + 1);
   std::vector<double> weight(c.num_experts);
   for (uint32_t r = 0; r < c.num_experts; ++r) weight[r] = 1.0 / std::pow(double(r + 1), c.zipf_s);
   // perm[layer][rank] = expert
@@ -45,14 +46,14 @@ RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c) {
       std::fill(chosen.begin(), chosen.end(), 0);
       std::vector<uint32_t> cur;
       for (uint32_t e : prev[l]) {
-        if (cur.size() < t.top_k && u(rng) < c.keep_prob) {
+        if (cur.size() < t.top_k && u(draw) < c.keep_prob) {
           cur.push_back(e);
           chosen[e] = 1;
         }
       }
       std::discrete_distribution<uint32_t> pick(weight.begin(), weight.end());
       while (cur.size() < t.top_k) {
-        uint32_t e = perm[l][pick(rng)];
+        uint32_t e = perm[l][pick(draw)];
         if (!chosen[e]) {
           chosen[e] = 1;
           cur.push_back(e);
@@ -219,15 +220,23 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots) {
   return r;
 }
 
-SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, uint32_t phase_tokens, double keep_prob,
+SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates,
                            int sample) {
   SimResult r;
   const uint32_t E = t.num_experts, K = t.top_k;
   const size_t per_token = size_t(t.num_layers) * K, nkeys = size_t(t.num_layers) * E;
-  if (phase_tokens == 0) phase_tokens = std::max<uint32_t>(1, t.num_tokens);
+  const uint32_t phase_tokens = c.phase_tokens ? c.phase_tokens : std::max<uint32_t>(1, t.num_tokens);
+  const double keep_prob = c.keep_prob;
   const size_t phases = t.num_tokens / phase_tokens + 1;
-  std::vector<float> freq(phases * nkeys, 0.f);  // [phase][key]: uses per token in that phase
-  for (size_t i = 0; i < t.keys.size(); ++i) freq[(i / per_token) / phase_tokens * nkeys + t.keys[i]] += 1.f / float(phase_tokens);
+  std::vector<float> freq(phases * nkeys, 0.f);  // [phase][key]: expected uses per token in that phase
+  replicates = std::max(1, replicates);
+  for (int rep = 0; rep < replicates; ++rep) {
+    SyntheticTraceConfig o = c;
+    o.draw_seed = (c.draw_seed ? c.draw_seed : c.seed * 0x9e3779b97f4a7c15ull + 1) + 1000003ull * uint64_t(rep + 1);
+    const RoutingTrace other = MakeSyntheticTrace(o);
+    for (size_t i = 0; i < other.keys.size(); ++i)
+      freq[(i / per_token) / phase_tokens * nkeys + other.keys[i]] += 1.f / float(phase_tokens * replicates);
+  }
   std::vector<uint64_t> last(nkeys, ~0ull);
   std::vector<int64_t> pos(nkeys, -1);
   std::vector<uint32_t> res;

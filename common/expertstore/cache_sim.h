@@ -41,7 +41,8 @@ struct SyntheticTraceConfig {
   double keep_prob = 0.35;   // per expert of the previous token
   uint32_t phase_tokens = 400;
   double phase_shuffle = 0.3;  // fraction of popularity ranks re-drawn per phase
-  uint64_t seed = 1;
+  uint64_t seed = 1;       // popularity permutations and phase shifts
+  uint64_t draw_seed = 0;  // the routing draws (0: derived from seed)
 };
 
 RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c);
@@ -64,14 +65,14 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64);
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
 // What a demand policy could reach on a synthetic trace if it knew the
-// generator's distribution: it is told each phase's expert frequencies (the
-// trace's own counts per `phase_tokens`) and the reuse chance `keep_prob`,
-// and evicts the key least likely to be used within the next 4 tokens
-// (q + 3p: q the chance at its layer's next visit, p the phase frequency;
-// the horizon barely matters between 2 and 20 tokens). Belady additionally
-// knows the random draws themselves, which no online policy can; the gap
-// between this bound and Belady is out of reach for any online policy.
-SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, uint32_t phase_tokens, double keep_prob,
+// generator's distribution: it is told each phase's expected expert
+// frequencies (measured on `replicates` other traces with the same
+// popularity and phases but independent draws) and the reuse chance, and
+// evicts the key least likely to be used within the next 4 tokens (q + 3p:
+// q the chance at its layer's next visit, p the phase frequency; the horizon
+// barely matters between 2 and 20 tokens). Belady additionally knows the
+// draws themselves, which no online policy can.
+SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates = 8,
                            int sample = 64);
 
 }  // namespace moe::expertstore

@@ -182,7 +182,7 @@ TEST(CacheSim, OrderingOnASkewedGlmShapedTrace) {
   EXPECT_GT(heat.hit_rate(), lru.hit_rate());  // frequency pays on skewed routing
   // Knowing the generator's distribution beats estimating it, and still
   // falls short of knowing the draws.
-  auto informed = SimulateInformed(t, slots, c.phase_tokens, c.keep_prob);
+  auto informed = SimulateInformed(t, slots, c, 4);
   EXPECT_GT(informed.hit_rate(), heat.hit_rate());
   EXPECT_LT(informed.hit_rate(), opt.hit_rate());
 }
