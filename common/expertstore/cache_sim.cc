@@ -179,6 +179,7 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
     res.push_back(k);
     p.Filled(k);
   }
+  if (c.learned) r.weights.assign(p.weights(), p.weights() + HeatPolicy::kFeatures);
   return r;
 }
 

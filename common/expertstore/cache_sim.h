@@ -53,6 +53,7 @@ struct SimResult {
   uint64_t accesses = 0;
   uint64_t hits = 0;
   double hit_rate() const { return accesses ? double(hits) / double(accesses) : 0.0; }
+  std::vector<double> weights;  // SimulateHeat, learned order: the model's final weights
 };
 
 SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);

@@ -102,6 +102,7 @@ int RunBenchCache(int argc, char** argv) {
                           {"belady", opt.hit_rate()}}},
                         {"gap_closed", closed},
                         {"gap_closed_heat", closed_heat},
+                        {"learned_weights", ours.weights},
                         {"gap_closed_informed", synthetic && gap > 0 ? (informed.hit_rate() - lru.hit_rate()) / gap : 0.0},
                         {"seconds", secs}};
     std::printf("%s\n", j.dump(1).c_str());
