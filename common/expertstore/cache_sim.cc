@@ -221,6 +221,18 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots) {
   return r;
 }
 
+SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots) {
+  SimResult r;
+  std::vector<uint64_t> count(size_t(t.num_layers) * t.num_experts, 0);
+  for (uint32_t k : t.keys) ++count[k];
+  std::vector<uint32_t> order(count.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return count[a] > count[b]; });
+  for (size_t i = 0; i < order.size() && i < slots; ++i) r.hits += count[order[i]] ? count[order[i]] - 1 : 0;
+  r.accesses = t.keys.size();
+  return r;
+}
+
 SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates,
                            int sample) {
   SimResult r;

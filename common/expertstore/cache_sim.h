@@ -65,6 +65,12 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
 // accesses_per_token is taken from the trace.
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64);
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
+// The best fixed placement in hindsight: the `slots` keys the whole trace
+// uses most, each kept from its first use (a compulsory miss, as for the
+// others), nothing else ever admitted. A
+// frequency-only policy that knew the trace's counts in advance gets this;
+// where it lies far below Belady, the gap is order, not popularity.
+SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots);
 // What a demand policy could reach on a synthetic trace if it knew the
 // generator's distribution: it is told each phase's expected expert
 // frequencies (measured on `replicates` other traces with the same

@@ -164,6 +164,7 @@ TEST(CacheSim, LruAndBeladyOnAKnownSequence) {
   t.keys = {0, 1, 2, 0, 1, 3, 0, 1, 2};
   EXPECT_EQ(SimulateLru(t, 2).hits, 0u);
   EXPECT_EQ(SimulateBelady(t, 2).hits, 4u);  // keeps a, b
+  EXPECT_EQ(SimulateStaticBest(t, 2).hits, 4u);  // a and b kept from their first use
   EXPECT_EQ(SimulateLru(t, 4).hits, 5u);     // only compulsory misses
   EXPECT_EQ(SimulateBelady(t, 4).hits, 5u);
 }
