@@ -14,6 +14,53 @@
 
 namespace moe::expertstore {
 
+namespace {
+
+// The resident keys of a simulated cache: O(1) membership, insert and
+// removal by position (the sampled-eviction sims pick victims by position).
+class ResidentSet {
+ public:
+  explicit ResidentSet(size_t num_keys) : pos_(num_keys, -1) {}
+  bool Has(uint32_t k) const { return pos_[k] >= 0; }
+  size_t size() const { return keys_.size(); }
+  uint32_t at(size_t i) const { return keys_[i]; }
+  void Add(uint32_t k) {
+    pos_[k] = int64_t(keys_.size());
+    keys_.push_back(k);
+  }
+  void RemoveAt(size_t i) {
+    pos_[keys_[i]] = -1;
+    if (i + 1 != keys_.size()) {
+      keys_[i] = keys_.back();
+      pos_[keys_[i]] = int64_t(i);
+    }
+    keys_.pop_back();
+  }
+
+ private:
+  std::vector<int64_t> pos_;
+  std::vector<uint32_t> keys_;
+};
+
+// Position of the key to evict: the first in `evict_before` order among all
+// residents when there are at most `sample`, else among `sample` random ones.
+template <class EvictBefore>
+size_t PickVictim(const ResidentSet& res, int sample, std::mt19937_64& rng, EvictBefore evict_before) {
+  size_t best = rng() % res.size();
+  if (res.size() <= size_t(sample)) {
+    for (size_t j = 0; j < res.size(); ++j)
+      if (evict_before(res.at(j), res.at(best))) best = j;
+  } else {
+    for (int i = 1; i < sample; ++i) {
+      size_t j = rng() % res.size();
+      if (evict_before(res.at(j), res.at(best))) best = j;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c) {
   RoutingTrace t;
   t.num_layers = c.num_layers;
@@ -144,39 +191,23 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
   SimResult r;
   c.accesses_per_token = double(t.num_layers) * t.top_k;
   HeatPolicy p(t.num_layers, t.num_experts, c);
-  std::vector<int64_t> pos(size_t(t.num_layers) * t.num_experts, -1);
-  std::vector<uint32_t> res;
+  ResidentSet res(size_t(t.num_layers) * t.num_experts);
   std::mt19937_64 rng(7);
   for (uint32_t k : t.keys) {
     ++r.accesses;
     p.Touch(k);
-    if (!res.empty()) p.Observe(res[rng() % res.size()]);  // a resident key to learn from
-    if (pos[k] >= 0) {
+    if (res.size()) p.Observe(res.at(rng() % res.size()));  // a resident key to learn from
+    if (res.Has(k)) {
       ++r.hits;
       continue;
     }
     if (slots == 0) continue;
     if (res.size() >= slots) {
-      size_t best = rng() % res.size();
-      if (res.size() <= size_t(sample)) {
-        for (size_t j = 0; j < res.size(); ++j)
-          if (p.EvictBefore(res[j], res[best])) best = j;
-      } else {
-        for (int i = 1; i < sample; ++i) {
-          size_t j = rng() % res.size();
-          if (p.EvictBefore(res[j], res[best])) best = j;
-        }
-      }
-      pos[res[best]] = -1;
-      p.Evicted(res[best]);
-      if (best + 1 != res.size()) {
-        res[best] = res.back();
-        pos[res[best]] = int64_t(best);
-      }
-      res.pop_back();
+      size_t v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return p.EvictBefore(a, b); });
+      p.Evicted(res.at(v));
+      res.RemoveAt(v);
     }
-    pos[k] = int64_t(res.size());
-    res.push_back(k);
+    res.Add(k);
     p.Filled(k);
   }
   if (c.learned) r.weights.assign(p.weights(), p.weights() + HeatPolicy::kFeatures);
@@ -251,15 +282,14 @@ SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const Syntheti
       freq[(i / per_token) / phase_tokens * nkeys + other.keys[i]] += 1.f / float(phase_tokens * replicates);
   }
   std::vector<uint64_t> last(nkeys, ~0ull);
-  std::vector<int64_t> pos(nkeys, -1);
-  std::vector<uint32_t> res;
+  ResidentSet res(nkeys);
   std::mt19937_64 rng(7);
   for (size_t i = 0; i < t.keys.size(); ++i) {
     const uint32_t k = t.keys[i];
     const size_t tok = i / per_token, cur_layer = (i % per_token) / K;
     last[k] = i;
     ++r.accesses;
-    if (pos[k] >= 0) {
+    if (res.Has(k)) {
       ++r.hits;
       continue;
     }
@@ -274,22 +304,9 @@ SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const Syntheti
         const double q1 = reused ? keep_prob + (1 - keep_prob) * p[q] : p[q];
         return q1 + 3.0 * p[q];
       };
-      size_t best = rng() % res.size();
-      double bs = likely(res[best]);
-      for (int s = 0; s < sample; ++s) {
-        size_t j = rng() % res.size();
-        double v = likely(res[j]);
-        if (v < bs) bs = v, best = j;
-      }
-      pos[res[best]] = -1;
-      if (best + 1 != res.size()) {
-        res[best] = res.back();
-        pos[res[best]] = int64_t(best);
-      }
-      res.pop_back();
+      res.RemoveAt(PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return likely(a) < likely(b); }));
     }
-    pos[k] = int64_t(res.size());
-    res.push_back(k);
+    res.Add(k);
   }
   return r;
 }

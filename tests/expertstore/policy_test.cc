@@ -124,18 +124,16 @@ TEST(HeatPolicy, LearnedOrderBeatsHeatScoreOnRecordedRouting) {
 
 TEST(HeatPolicy, LearnedWeightsPersistAndOldFilesAreRefused) {
   std::string dir = testing::MakeTempDir("heat2");
-  RoutingTrace t;
-  t.num_layers = 2;
-  t.num_experts = 8;
-  t.top_k = 2;
+  // 2 layers x 8 experts: layer 0 uses 3 of them, layer 1 all 8.
   std::mt19937_64 rng(5);
-  for (int i = 0; i < 4000; ++i) t.keys.push_back(uint32_t(i % 2 * 8 + rng() % (i % 2 ? 8 : 3)));
+  std::vector<uint32_t> keys;
+  for (int i = 0; i < 4000; ++i) keys.push_back(uint32_t(i % 2 * 8 + rng() % (i % 2 ? 8 : 3)));
   PolicyConfig c;
   c.accesses_per_token = 4;
   HeatPolicy p(2, 8, c);
-  for (size_t i = 0; i < t.keys.size(); ++i) {
-    p.Touch(t.keys[i]);
-    p.Observe(t.keys[(i * 7) % t.keys.size()]);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    p.Touch(keys[i]);
+    p.Observe(keys[(i * 7) % keys.size()]);
   }
   ASSERT_TRUE(p.Save(dir + "/heat.bin", "m").ok());
   HeatPolicy q(2, 8, c);
