@@ -14,13 +14,61 @@
 
 namespace moe::expertstore {
 
+namespace {
+
+// The resident keys of a simulated cache: O(1) membership, insert and
+// removal by position (the sampled-eviction sims pick victims by position).
+class ResidentSet {
+ public:
+  explicit ResidentSet(size_t num_keys) : pos_(num_keys, -1) {}
+  bool Has(uint32_t k) const { return pos_[k] >= 0; }
+  size_t size() const { return keys_.size(); }
+  uint32_t at(size_t i) const { return keys_[i]; }
+  void Add(uint32_t k) {
+    pos_[k] = int64_t(keys_.size());
+    keys_.push_back(k);
+  }
+  void RemoveAt(size_t i) {
+    pos_[keys_[i]] = -1;
+    if (i + 1 != keys_.size()) {
+      keys_[i] = keys_.back();
+      pos_[keys_[i]] = int64_t(i);
+    }
+    keys_.pop_back();
+  }
+
+ private:
+  std::vector<int64_t> pos_;
+  std::vector<uint32_t> keys_;
+};
+
+// Position of the key to evict: the first in `evict_before` order among all
+// residents when there are at most `sample`, else among `sample` random ones.
+template <class EvictBefore>
+size_t PickVictim(const ResidentSet& res, int sample, std::mt19937_64& rng, EvictBefore evict_before) {
+  size_t best = rng() % res.size();
+  if (res.size() <= size_t(sample)) {
+    for (size_t j = 0; j < res.size(); ++j)
+      if (evict_before(res.at(j), res.at(best))) best = j;
+  } else {
+    for (int i = 1; i < sample; ++i) {
+      size_t j = rng() % res.size();
+      if (evict_before(res.at(j), res.at(best))) best = j;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c) {
   RoutingTrace t;
   t.num_layers = c.num_layers;
   t.num_experts = c.num_experts;
   t.top_k = std::min(c.top_k, c.num_experts);
   t.num_tokens = c.num_tokens;
-  std::mt19937_64 rng(c.seed);
+  std::mt19937_64 rng(c.seed);  // popularity and phases
+  std::mt19937_64 draw(c.draw_seed ? c.draw_seed : c.seed * 0x9e3779b97f4a7c15ull + 1);
   std::vector<double> weight(c.num_experts);
   for (uint32_t r = 0; r < c.num_experts; ++r) weight[r] = 1.0 / std::pow(double(r + 1), c.zipf_s);
   // perm[layer][rank] = expert
@@ -45,14 +93,14 @@ RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c) {
       std::fill(chosen.begin(), chosen.end(), 0);
       std::vector<uint32_t> cur;
       for (uint32_t e : prev[l]) {
-        if (cur.size() < t.top_k && u(rng) < c.keep_prob) {
+        if (cur.size() < t.top_k && u(draw) < c.keep_prob) {
           cur.push_back(e);
           chosen[e] = 1;
         }
       }
       std::discrete_distribution<uint32_t> pick(weight.begin(), weight.end());
       while (cur.size() < t.top_k) {
-        uint32_t e = perm[l][pick(rng)];
+        uint32_t e = perm[l][pick(draw)];
         if (!chosen[e]) {
           chosen[e] = 1;
           cur.push_back(e);
@@ -143,38 +191,26 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
   SimResult r;
   c.accesses_per_token = double(t.num_layers) * t.top_k;
   HeatPolicy p(t.num_layers, t.num_experts, c);
-  std::vector<int64_t> pos(size_t(t.num_layers) * t.num_experts, -1);
-  std::vector<uint32_t> res;
+  ResidentSet res(size_t(t.num_layers) * t.num_experts);
   std::mt19937_64 rng(7);
   for (uint32_t k : t.keys) {
     ++r.accesses;
     p.Touch(k);
-    if (pos[k] >= 0) {
+    if (res.size()) p.Observe(res.at(rng() % res.size()));  // a resident key to learn from
+    if (res.Has(k)) {
       ++r.hits;
       continue;
     }
     if (slots == 0) continue;
     if (res.size() >= slots) {
-      size_t best = rng() % res.size();
-      if (res.size() <= size_t(sample)) {
-        for (size_t j = 0; j < res.size(); ++j)
-          if (p.EvictBefore(res[j], res[best])) best = j;
-      } else {
-        for (int i = 1; i < sample; ++i) {
-          size_t j = rng() % res.size();
-          if (p.EvictBefore(res[j], res[best])) best = j;
-        }
-      }
-      pos[res[best]] = -1;
-      if (best + 1 != res.size()) {
-        res[best] = res.back();
-        pos[res[best]] = int64_t(best);
-      }
-      res.pop_back();
+      size_t v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return p.EvictBefore(a, b); });
+      p.Evicted(res.at(v));
+      res.RemoveAt(v);
     }
-    pos[k] = int64_t(res.size());
-    res.push_back(k);
+    res.Add(k);
+    p.Filled(k);
   }
+  if (c.learned) r.weights.assign(p.weights(), p.weights() + HeatPolicy::kFeatures);
   return r;
 }
 
@@ -212,6 +248,65 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots) {
     }
     cur_next[k] = next[i];
     by_next.insert({next[i], k});
+  }
+  return r;
+}
+
+SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots) {
+  SimResult r;
+  std::vector<uint64_t> count(size_t(t.num_layers) * t.num_experts, 0);
+  for (uint32_t k : t.keys) ++count[k];
+  std::vector<uint32_t> order(count.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return count[a] > count[b]; });
+  for (size_t i = 0; i < order.size() && i < slots; ++i) r.hits += count[order[i]] ? count[order[i]] - 1 : 0;
+  r.accesses = t.keys.size();
+  return r;
+}
+
+SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates,
+                           int sample) {
+  SimResult r;
+  const uint32_t E = t.num_experts, K = t.top_k;
+  const size_t per_token = size_t(t.num_layers) * K, nkeys = size_t(t.num_layers) * E;
+  const uint32_t phase_tokens = c.phase_tokens ? c.phase_tokens : std::max<uint32_t>(1, t.num_tokens);
+  const double keep_prob = c.keep_prob;
+  const size_t phases = t.num_tokens / phase_tokens + 1;
+  std::vector<float> freq(phases * nkeys, 0.f);  // [phase][key]: expected uses per token in that phase
+  replicates = std::max(1, replicates);
+  for (int rep = 0; rep < replicates; ++rep) {
+    SyntheticTraceConfig o = c;
+    o.draw_seed = (c.draw_seed ? c.draw_seed : c.seed * 0x9e3779b97f4a7c15ull + 1) + 1000003ull * uint64_t(rep + 1);
+    const RoutingTrace other = MakeSyntheticTrace(o);
+    for (size_t i = 0; i < other.keys.size(); ++i)
+      freq[(i / per_token) / phase_tokens * nkeys + other.keys[i]] += 1.f / float(phase_tokens * replicates);
+  }
+  std::vector<uint64_t> last(nkeys, ~0ull);
+  ResidentSet res(nkeys);
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < t.keys.size(); ++i) {
+    const uint32_t k = t.keys[i];
+    const size_t tok = i / per_token, cur_layer = (i % per_token) / K;
+    last[k] = i;
+    ++r.accesses;
+    if (res.Has(k)) {
+      ++r.hits;
+      continue;
+    }
+    if (slots == 0) continue;
+    if (res.size() >= slots) {
+      const float* p = &freq[tok / phase_tokens * nkeys];
+      auto likely = [&](uint32_t q) {
+        const size_t l = q / E;
+        // Start of its layer's most recent visit (this token's if already reached).
+        const size_t visit = l <= cur_layer ? tok * per_token + l * K : (tok ? (tok - 1) * per_token + l * K : 0);
+        const bool reused = last[q] != ~0ull && last[q] >= visit && last[q] < visit + K;
+        const double q1 = reused ? keep_prob + (1 - keep_prob) * p[q] : p[q];
+        return q1 + 3.0 * p[q];
+      };
+      res.RemoveAt(PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return likely(a) < likely(b); }));
+    }
+    res.Add(k);
   }
   return r;
 }

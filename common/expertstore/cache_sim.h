@@ -41,7 +41,8 @@ struct SyntheticTraceConfig {
   double keep_prob = 0.35;   // per expert of the previous token
   uint32_t phase_tokens = 400;
   double phase_shuffle = 0.3;  // fraction of popularity ranks re-drawn per phase
-  uint64_t seed = 1;
+  uint64_t seed = 1;       // popularity permutations and phase shifts
+  uint64_t draw_seed = 0;  // the routing draws (0: derived from seed)
 };
 
 RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c);
@@ -52,14 +53,33 @@ struct SimResult {
   uint64_t accesses = 0;
   uint64_t hits = 0;
   double hit_rate() const { return accesses ? double(hits) / double(accesses) : 0.0; }
+  std::vector<double> weights;  // SimulateHeat, learned order: the model's final weights
 };
 
 SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
-// Our policy with sampled eviction (the lowest score among `sample` random
+// Our policy (learned or heat order, per c.learned) with sampled eviction (the lowest score among `sample` random
 // residents, as exact scans over thousands of slots per miss make long
 // replays slow; expertd itself scans exactly, which can only do better).
+// The learned order is trained as in expertd: one random resident observed
+// per access, fills and evictions reported.
 // accesses_per_token is taken from the trace.
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64);
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
+// The best fixed placement in hindsight: the `slots` keys the whole trace
+// uses most, each kept from its first use (a compulsory miss, as for the
+// others), nothing else ever admitted. A
+// frequency-only policy that knew the trace's counts in advance gets this;
+// where it lies far below Belady, the gap is order, not popularity.
+SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots);
+// What a demand policy could reach on a synthetic trace if it knew the
+// generator's distribution: it is told each phase's expected expert
+// frequencies (measured on `replicates` other traces with the same
+// popularity and phases but independent draws) and the reuse chance, and
+// evicts the key least likely to be used within the next 4 tokens (q + 3p:
+// q the chance at its layer's next visit, p the phase frequency; the horizon
+// barely matters between 2 and 20 tokens). Belady additionally knows the
+// draws themselves, which no online policy can.
+SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates = 8,
+                           int sample = 64);
 
 }  // namespace moe::expertstore

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -13,7 +15,7 @@ namespace moe::expertstore {
 namespace {
 
 constexpr uint64_t kHeatMagic = 0x3154414548454f4dull;  // "MOEHEAT1"
-constexpr uint32_t kHeatVersion = 1;
+constexpr uint32_t kHeatVersion = 2;  // 2: + learned weights
 
 struct HeatFileHeader {
   uint64_t magic;
@@ -35,16 +37,39 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
       slow_(size_t(num_layers) * num_experts, 0.0),
       fast_(slow_.size(), 0.0),
       last_(slow_.size(), 0),
-      pinned_(slow_.size(), 0) {
+      pinned_(slow_.size(), 0),
+      quick_(slow_.size(), 0.0),
+      long_(slow_.size(), 0.0),
+      filled_(slow_.size(), 0),
+      visit_start_(num_layers, 0),
+      pending_(slow_.size(), -1) {
   double apt = cfg_.accesses_per_token > 0 ? cfg_.accesses_per_token : 600;
   slow_hl_ = apt * (cfg_.slow_tokens > 0 ? cfg_.slow_tokens : 128);
   fast_hl_ = apt * (cfg_.fast_tokens > 0 ? cfg_.fast_tokens : 2);
   window_ = cfg_.window_tokens > 0 ? apt * cfg_.window_tokens : 0;
   alpha_ = cfg_.alpha;
+  quick_hl_ = apt * 4;
+  long_hl_ = apt * 512;
+  period_all_ = apt;
+  period_.assign(num_layers, apt);
 }
 
 void HeatPolicy::Touch(uint32_t key, double count) {
-  ++now_;
+  // The clock counts accesses (count > 1: harvested hits, one step each).
+  now_ += count >= 1 ? static_cast<uint64_t>(count) : 1;
+  const int layer = static_cast<int>(key / num_experts_);
+  if (layer != cur_layer_) {  // a visit of this layer begins
+    if (visit_start_[layer] != 0) period_[layer] += (double(now_ - visit_start_[layer]) - period_[layer]) / 8;
+    visit_start_[layer] = now_;
+    cur_layer_ = layer;
+  }
+  if (pending_[key] >= 0) {  // this key's sample is answered: used again, in time or late
+    Sample& s = samples_[size_t(pending_[key] - int64_t(samples_base_))];
+    Learn(s.x, double(now_ - s.t0) <= Horizon() ? 1.0 : 0.0);
+    s.live = false;
+    pending_[key] = -1;
+  }
+  ExpireSamples();
   double dt = double(now_ - last_[key]);
   if (window_ > 0 && cfg_.adaptive_alpha && last_[key] != 0) {
     // The window opened by this key's previous access closes now (or closed
@@ -61,16 +86,93 @@ void HeatPolicy::Touch(uint32_t key, double count) {
   }
   slow_[key] = slow_[key] * std::exp2(-dt / slow_hl_) + count;
   fast_[key] = fast_[key] * std::exp2(-dt / fast_hl_) + count;
+  quick_[key] = quick_[key] * std::exp2(-dt / quick_hl_) + count;
+  long_[key] = long_[key] * std::exp2(-dt / long_hl_) + count;
   last_[key] = now_;
 }
 
+double HeatPolicy::Heat(uint32_t key) const { return slow_[key] * std::exp2(-double(now_ - last_[key]) / slow_hl_); }
+
+void HeatPolicy::Features(uint32_t key, bool touched, double* x) const {
+  const uint32_t layer = key / num_experts_;
+  const double period = std::max(1.0, period_[layer]);
+  const bool seen = touched || last_[key] != 0;
+  const double dt = touched ? 0.0 : double(now_ - last_[key]);
+  const double add = touched ? 1.0 : 0.0;
+  x[0] = std::log1p(slow_[key] * std::exp2(-dt / slow_hl_) + add);
+  x[1] = std::log1p(quick_[key] * std::exp2(-dt / quick_hl_) + add);
+  x[2] = seen && dt <= period ? 1.0 : 0.0;  // used in its layer's last visit
+  x[3] = seen ? std::min(8.0, std::log1p(dt / period)) : 8.0;
+  // How far away the layer's next visit is, in periods: a key of the layer
+  // just visited is needed last (the whole cycle of layers comes first).
+  double d = int(layer) == cur_layer_ ? period : double(visit_start_[layer]) + period - double(now_);
+  x[4] = std::clamp(d / period, 0.0, 1.0);
+  x[5] = x[2] * x[4];
+  x[6] = 1.0;
+  x[7] = std::log1p(long_[key] * std::exp2(-dt / long_hl_) + add);
+  x[8] = (slow_[key] * std::exp2(-dt / slow_hl_) + add) / 16;
+}
+
+double HeatPolicy::Logit(const double* x) const {
+  double z = 0;
+  for (int i = 0; i < kFeatures; ++i) z += w_[i] * x[i];
+  return z;
+}
+
+void HeatPolicy::Learn(const double* x, double label) {
+  const double z = Logit(x);
+  const double p = 1.0 / (1.0 + std::exp(-std::clamp(z, -30.0, 30.0)));
+  for (int i = 0; i < kFeatures; ++i) w_[i] += cfg_.learn_rate * (label - p) * x[i];
+}
+
+void HeatPolicy::ExpireSamples() {
+  const double h = Horizon();
+  while (!samples_.empty() && (!samples_.front().live || double(now_ - samples_.front().t0) > h)) {
+    Sample& s = samples_.front();
+    if (s.live) {  // not used within the horizon
+      Learn(s.x, 0.0);
+      pending_[s.key] = -1;
+    }
+    samples_.pop_front();
+    ++samples_base_;
+  }
+}
+
+void HeatPolicy::Observe(uint32_t key) {
+  constexpr size_t kMaxSamples = 8192;
+  if (!cfg_.learned || pending_[key] >= 0 || samples_.size() >= kMaxSamples) return;
+  Sample s{key, now_, true, {}};
+  Features(key, false, s.x);
+  pending_[key] = int64_t(samples_base_ + samples_.size());
+  samples_.push_back(s);
+}
+
+void HeatPolicy::Evicted(uint32_t key) {
+  const double age = double(now_ - filled_[key]);
+  horizon_ = horizon_ == 0 ? age : horizon_ + (age - horizon_) / 256;
+}
+
 double HeatPolicy::Score(uint32_t key) const {
+  if (cfg_.learned) {
+    double x[kFeatures];
+    Features(key, false, x);
+    return Logit(x);
+  }
+  return HeatScore(key);
+}
+
+double HeatPolicy::HeatScore(uint32_t key) const {
   double dt = double(now_ - last_[key]);
   if (window_ > 0) return slow_[key] * std::exp2(-dt / slow_hl_) + (last_[key] != 0 && dt <= window_ ? alpha_ : 0.0);
   return slow_[key] * std::exp2(-dt / slow_hl_) + cfg_.alpha * fast_[key] * std::exp2(-dt / fast_hl_);
 }
 
 double HeatPolicy::ScoreIfTouched(uint32_t key) const {
+  if (cfg_.learned) {
+    double x[kFeatures];
+    Features(key, true, x);
+    return Logit(x);
+  }
   const double dt = double(now_ - last_[key]);
   const double slow = slow_[key] * std::exp2(-dt / slow_hl_) + 1.0;
   if (window_ > 0) return slow + alpha_;
@@ -92,7 +194,8 @@ absl::Status HeatPolicy::Save(const std::string& path, const std::string& model_
   if (fd < 0) return absl::InternalError(absl::StrCat("heat file ", tmp, ": cannot create"));
   bool ok = ::write(fd, &h, sizeof h) == ssize_t(sizeof h) &&
             ::write(fd, heat.data(), heat.size() * 8) == ssize_t(heat.size() * 8) &&
-            ::write(fd, pinned_.data(), pinned_.size()) == ssize_t(pinned_.size()) && ::fsync(fd) == 0;
+            ::write(fd, pinned_.data(), pinned_.size()) == ssize_t(pinned_.size()) &&
+            ::write(fd, w_, sizeof w_) == ssize_t(sizeof w_) && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0)
     return absl::InternalError(absl::StrCat("heat file ", path, ": write failed"));
@@ -106,7 +209,8 @@ absl::Status HeatPolicy::Load(const std::string& path, const std::string& model_
   if (!in.read(reinterpret_cast<char*>(&h), sizeof h) || h.magic != kHeatMagic)
     return absl::DataLossError(absl::StrCat("heat file ", path, ": bad magic"));
   if (h.version != kHeatVersion)
-    return absl::FailedPreconditionError(absl::StrCat("heat file ", path, ": version ", h.version));
+    return absl::FailedPreconditionError(
+        absl::StrCat("heat file ", path, ": version ", h.version, ", this expertd reads version ", kHeatVersion));
   h.model_id[sizeof(h.model_id) - 1] = 0;
   if (model_id != h.model_id)
     return absl::FailedPreconditionError(
@@ -117,15 +221,24 @@ absl::Status HeatPolicy::Load(const std::string& path, const std::string& model_
                                                       num_experts_));
   std::vector<double> heat(slow_.size());
   std::vector<uint8_t> pinned(slow_.size());
+  double w[kFeatures];
   if (!in.read(reinterpret_cast<char*>(heat.data()), heat.size() * 8) ||
-      !in.read(reinterpret_cast<char*>(pinned.data()), pinned.size()))
+      !in.read(reinterpret_cast<char*>(pinned.data()), pinned.size()) ||
+      !in.read(reinterpret_cast<char*>(w), sizeof w))
     return absl::DataLossError(absl::StrCat("heat file ", path, ": truncated"));
   for (uint32_t k = 0; k < heat.size(); ++k) {
     if (!(heat[k] >= 0 && heat[k] < 1e300))
       return absl::DataLossError(absl::StrCat("heat file ", path, ": bad heat value"));
   }
+  for (double v : w) {
+    if (!std::isfinite(v)) return absl::DataLossError(absl::StrCat("heat file ", path, ": bad model weight"));
+  }
+  std::copy(w, w + kFeatures, w_);
   for (uint32_t k = 0; k < heat.size(); ++k) {
     slow_[k] = heat[k];
+    // The other counts restart from the same estimate of the rate.
+    quick_[k] = heat[k] * quick_hl_ / slow_hl_;
+    long_[k] = heat[k] * long_hl_ / slow_hl_;
     fast_[k] = 0;
     last_[k] = now_;
     pinned_[k] = pinned[k] ? 1 : 0;

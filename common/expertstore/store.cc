@@ -221,7 +221,10 @@ int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative
     if (policy_.pinned(pk)) continue;
     cands.push_back(s);
   }
-  if (free_slab >= 0) return free_slab;
+  if (free_slab >= 0) {
+    policy_.Filled(key);
+    return free_slab;
+  }
   // Min-heap of (score, last access) so a leased candidate costs only a pop.
   struct Cand {
     double score;
@@ -244,7 +247,10 @@ int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative
     // Admission: a hint never evicts a key hotter than what it brings; the
     // heap yields the coldest first, so the rest are hotter too.
     if (!policy_.Admits(key, speculative, c.score)) return -1;
+    const uint32_t old_key = table_.slab(c.slab).key.load(std::memory_order_relaxed);
     if (table_.TryEvict(c.slab)) {
+      policy_.Evicted(policy_.index(KeyLayer(old_key), KeyExpert(old_key)));
+      policy_.Filled(key);
       stats_.evictions++;
       priv_[c.slab].prefetched = false;
       return c.slab;
@@ -286,6 +292,7 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
     stats_.requests++;
     uint32_t pk = policy_.index(layer, id);
     policy_.Touch(pk);
+    ObserveRandomResidentLocked();
     for (;;) {
       uint32_t sp1 = table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed);
       if (sp1 != 0) {
@@ -595,9 +602,21 @@ void ExpertStore::HarvestLocked() {
       if (n) {
         policy_.Touch(policy_.index(int(l), int(e)), n);
         NoteShmUseLocked(int(l), int(e));
+        ObserveRandomResidentLocked();
       }
     }
   }
+}
+
+void ExpertStore::ObserveRandomResidentLocked() {
+  // xorshift64: a per-store stream, no shared generator.
+  observe_rng_ ^= observe_rng_ << 13;
+  observe_rng_ ^= observe_rng_ >> 7;
+  observe_rng_ ^= observe_rng_ << 17;
+  const uint32_t s = static_cast<uint32_t>(observe_rng_ % table_.num_slabs());
+  if (CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed)) != kSlabReady) return;
+  const uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
+  policy_.Observe(policy_.index(KeyLayer(k), KeyExpert(k)));
 }
 
 void ExpertStore::Maintain() {

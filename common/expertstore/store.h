@@ -177,6 +177,8 @@ class ExpertStore {
   // Finds a slab for key in `cls`: a free one, else evicts the coldest
   // eligible one (speculative: only if colder than key). -1 if none.
   int64_t AllocateLocked(uint32_t cls, uint32_t key, bool speculative);
+  // Hands the policy one random resident key to learn from (see HeatPolicy).
+  void ObserveRandomResidentLocked();
   void StartReads(std::vector<StartRead> reads);
   void OnReadDone(uint32_t slab, const RecordLocation& loc, std::shared_ptr<FillState> fill, absl::Status s,
                   TierId tier, std::chrono::steady_clock::time_point t0);
@@ -201,6 +203,7 @@ class ExpertStore {
   PrefetchGate gate_;
   uint32_t fetches_waiting_ = 0;  // Fetch calls now waiting for a read or a slab
   uint64_t next_fill_tag_ = 0;    // ReadOp::tag of fills (for IoEngine::Promote)
+  uint64_t observe_rng_ = 0x9e3779b97f4a7c15ull;
   std::chrono::steady_clock::time_point last_harvest_{};
 };
 

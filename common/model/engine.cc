@@ -54,6 +54,7 @@ absl::StatusOr<MemoryPlan> PlanFrom(const Src& ck, const ModelConfig& c, const E
   int64_t w = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) w += per_layer + (c.has_indexer && c.indexer_full[l] ? c.index_head_dim : 0);
   p.kv_bytes_per_token = w * (cfg.kv_dtype == KvDtype::kF32 ? 4 : 2);
+  p.max_context = c.max_position_embeddings;
   return p;
 }
 

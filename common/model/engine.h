@@ -52,6 +52,7 @@ struct MemoryPlan {
   int64_t expert_total_bytes = 0;  // all routed experts
   int64_t expert_cache_bytes = 0;  // min(budget, total)
   int64_t kv_bytes_per_token = 0;
+  int64_t max_context = 0;  // the model's max_position_embeddings
   std::string ToString() const;
 };
 

@@ -378,13 +378,23 @@ void Model::LookAhead(int layer_id, const float* a, int64_t S) const {
   const int E = config_.n_routed_experts;
   std::vector<float> logits(S * E), sc(E);
   Mm(nw.router.m, a, S, logits.data());
-  std::vector<uint8_t> want(E, 0);
-  for (int64_t s = 0; s < S; ++s)
-    for (int e : Route(nw, logits.data() + s * E, sc.data())) want[e] = 1;
+  std::vector<std::vector<int>> rows(S);
+  for (int64_t s = 0; s < S; ++s) rows[s] = Route(nw, logits.data() + s * E, sc.data());
+  std::vector<ExpertKey> keys = LookAheadKeys(next, rows, E);
+  if (!keys.empty()) experts_->HintAhead(keys);
+}
+
+std::vector<ExpertKey> Model::LookAheadKeys(int next, const std::vector<std::vector<int>>& rows, int num_experts) {
+  std::vector<uint8_t> want(num_experts, 0);
+  int n = 0;
+  for (const auto& r : rows)
+    for (int e : r)
+      if (e >= 0 && e < num_experts && !want[e]) want[e] = 1, ++n;
   std::vector<ExpertKey> keys;
-  for (int e = 0; e < E; ++e)
+  if (2 * n > num_experts) return keys;
+  for (int e = 0; e < num_experts; ++e)
     if (want[e]) keys.push_back({next, e});
-  experts_->HintAhead(keys);
+  return keys;
 }
 
 absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S,

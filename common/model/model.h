@@ -138,10 +138,20 @@ class Model {
                    float* out) const;
   // Top-k routed experts of one row's router logits (sc: sigmoid scores, E).
   std::vector<int> Route(const LayerWeights& lw, const float* logits, float* sc) const;
-  // Sends HintAhead for the next MoE layer's predicted experts (decode and
-  // small verify batches only: rows <= kLookAheadMaxRows).
+  // Sends HintAhead for the next MoE layer's predicted experts (batches of at
+  // most kLookAheadMaxRows rows: decode steps of up to 64 sequences and
+  // verify batches; prefill chunks are longer and need every expert anyway).
   void LookAhead(int layer_id, const float* a, int64_t S) const;
-  static constexpr int64_t kLookAheadMaxRows = 8;
+  static constexpr int64_t kLookAheadMaxRows = 64;
+
+ public:
+  // The keys a look-ahead hints: the union of the rows' predicted experts of
+  // layer `next`, in expert order; empty when it covers more than half of
+  // the layer's experts (reading most of a layer ahead of demand only
+  // competes with the demand reads: nothing to gain from a prediction).
+  static std::vector<ExpertKey> LookAheadKeys(int next, const std::vector<std::vector<int>>& rows, int num_experts);
+
+ private:
   void Mlp(const OwnedMatrix& g, const OwnedMatrix& u, const OwnedMatrix& d, const float* x, int64_t S,
            float* out) const;
   void RmsNorm(const float* x, int64_t S, int64_t n, const std::vector<float>& w, double eps, float* out) const;

@@ -1,6 +1,6 @@
 // gateway: the OpenAI-compatible HTTP front of moestream.
 //
-//   gateway --worker unix:/run/moestream/inferd0.sock --worker unix:/run/moestream/inferd1.sock \
+//   gateway --worker unix:/run/moestream/inferd0.sock --worker unix:/run/moestream/inferd1.sock
 //           [--listen 127.0.0.1:8000 | --listen unix:/run/moestream/gateway.sock] [--config FILE]
 //
 // Binds 127.0.0.1 by default (never all interfaces unless --listen says so).
@@ -107,6 +107,13 @@ int Main(int argc, char** argv) {
       !fit.ok()) {
     if (tokenizer != "byte") return fail(fit);
     MOE_LOG(WARNING) << fit.message() << " (byte codec: only token-id prompts below it will work)";
+  }
+  // Workers that come up later are held to the same check: out of rotation, reason logged.
+  if (tokenizer != "byte") {
+    const int64_t vocab = codec->vocab_size();
+    scheduler.SetAdmission([tokenizer, vocab](const std::string& worker, const WorkerInfo& info) {
+      return CheckTokenizerFitsWorker(tokenizer, vocab, worker, info.vocab_size);
+    });
   }
   if (ctx <= 0) {
     return fail(absl::UnavailableError(absl::StrCat("no worker answered within ", startup_wait_s,

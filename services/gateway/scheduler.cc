@@ -84,11 +84,33 @@ void Scheduler::MarkDead(size_t index, const std::string& why) {
   ++slots_[index].failures;
 }
 
+void Scheduler::SetAdmission(Admission admit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  admit_ = std::move(admit);
+}
+
 void Scheduler::ProbeAll() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     auto info = workers_[i]->Health();
+    Admission admit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      admit = admit_;
+    }
+    absl::Status admitted = info.ok() && admit ? admit(workers_[i]->name(), *info) : absl::OkStatus();
     std::lock_guard<std::mutex> lock(mu_);
     Slot& s = slots_[i];
+    if (info.ok() && !admitted.ok()) {
+      if (!s.refused) {
+        MOE_LOG(WARNING) << "worker " << s.worker->name() << " refused: " << admitted.message();
+      }
+      s.refused = true;
+      s.alive = false;
+      s.info = *info;
+      s.last_error = std::string(admitted.message());
+      continue;
+    }
+    s.refused = false;
     if (info.ok()) {
       if (!s.alive) {
         MOE_LOG(INFO) << "worker " << s.worker->name() << " back in rotation";

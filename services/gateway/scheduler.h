@@ -21,12 +21,14 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "services/gateway/worker.h"
 
 namespace moe::gateway {
@@ -60,8 +62,14 @@ class Scheduler {
   // The worker Start() would choose now (-1: none alive); records nothing.
   int Pick(const std::vector<int32_t>& prompt) const;
 
-  // Calls Health() on every worker; updates liveness and figures.
+  // Calls Health() on every worker; updates liveness and figures. A healthy
+  // worker the admission check refuses stays out of rotation, the reason in
+  // its last_error (logged once per change).
   void ProbeAll();
+  // Installs the admission check applied by later probes (e.g. the gateway's
+  // vocabulary check for workers that come up after start).
+  using Admission = std::function<absl::Status(const std::string& worker, const WorkerInfo& info)>;
+  void SetAdmission(Admission admit);
   void MarkDead(size_t index, const std::string& why);
 
   std::vector<WorkerSnapshot> Snapshot() const;
@@ -80,6 +88,7 @@ class Scheduler {
     int64_t started = 0;
     int64_t failures = 0;
     std::string last_error;
+    bool refused = false;  // healthy but refused by admission
     WorkerInfo info;
     std::unordered_set<uint64_t> blocks;
     std::deque<uint64_t> block_order;
@@ -94,6 +103,7 @@ class Scheduler {
   std::vector<std::shared_ptr<Worker>> workers_;
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
+  Admission admit_;  // guarded by mu_
 };
 
 }  // namespace moe::gateway

@@ -1,10 +1,11 @@
-// Start-up check: the gateway's tokenizer must fit every worker's model.
+// The gateway's tokenizer must fit every worker's model.
 //
 // A tokenizer with more ids than the model's vocab_size (e.g. the project
 // tokenizer's 12,288 ids in front of an oracle model of 384) produces ids the
 // model has no embedding row for: every request would fail (or worse, a
 // smaller vocabulary that happens to cover the prompt would produce noise).
-// The gateway refuses to start then, naming both numbers and the worker.
+// The gateway refuses to start then, naming both numbers and the worker; a
+// worker that comes up later with such a model is kept out of rotation.
 // A tokenizer with FEWER ids than the model is fine (padded vocabularies).
 // The byte codec (test models, token-id prompts) only warns.
 // Thread safety: pure function.
@@ -25,5 +26,10 @@ namespace moe::gateway {
 // are not live, are not judged).
 absl::Status CheckTokenizerFitsWorkers(const std::string& tokenizer, int64_t tokenizer_vocab,
                                        const std::vector<WorkerSnapshot>& workers);
+// The same check for one worker (vocab_size <= 0: not reported, OK); the
+// gateway installs it as the scheduler's admission for workers that come up
+// after start, which then stay out of rotation with this message.
+absl::Status CheckTokenizerFitsWorker(const std::string& tokenizer, int64_t tokenizer_vocab, const std::string& worker,
+                                      int64_t worker_vocab);
 
 }  // namespace moe::gateway

@@ -10,6 +10,7 @@
 // by --expert-budget.
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
+#include "common/model/memory_fit.h"
 #include "services/expertd/remote_expert_source.h"
 #include "services/inferd/engine_model.h"
 #include "services/inferd/service.h"
@@ -26,6 +27,9 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     f.AddBool("batched-forward", &batched_forward_,
               "one forward per step over all sequences (false: one forward per sequence; benchmark baseline)");
     f.AddInt("max-context", &max_context_, "context per sequence (0: the model's max_position_embeddings)");
+    f.AddBytes("ram-budget", &ram_budget_,
+               "RAM for resident weights + KV of one --max-context sequence + in-process expert cache (0: no "
+               "budget; the plan must still fit MemAvailable)");
   }
   absl::StatusOr<std::unique_ptr<moe::inferd::SequenceModel>> Create() override {
     if (model_.empty()) return absl::InvalidArgumentError("--model is required");
@@ -43,9 +47,15 @@ class EngineFactory final : public moe::inferd::ModelFactory {
       };
       MOE_LOG(INFO) << "inferd: routed experts from expertd at " << addr;
     }
-    auto plan = moe::Engine::Plan(model_, cfg);
-    if (!plan.ok()) return plan.status();
-    MOE_LOG(INFO) << "inferd: memory plan: " << plan->ToString();
+    // Refuse at start what cannot fit (the budget, or the machine's available
+    // memory), before anything is loaded; the in-process expert cache gets
+    // what the budget leaves.
+    if (ram_budget_ > 0 && expert_budget_ > 0)
+      return absl::InvalidArgumentError("give --ram-budget or --expert-budget, not both");
+    auto fit = moe::FitMemoryPlan(model_, ram_budget_, max_context_ > 0 ? max_context_ : -1, cfg);
+    if (!fit.ok()) return fit.status();
+    cfg = fit->config;
+    MOE_LOG(INFO) << "inferd: memory plan: " << fit->report;
     auto m = moe::inferd::EngineModel::Open(model_, cfg, max_context_);
     if (!m.ok()) return m.status();
     (*m)->set_batched_forward(batched_forward_);
@@ -57,6 +67,7 @@ class EngineFactory final : public moe::inferd::ModelFactory {
   std::string expertd_;
   bool batched_forward_ = true;
   uint64_t expert_budget_ = 0;
+  uint64_t ram_budget_ = 0;
   int64_t max_context_ = 0;
 };
 

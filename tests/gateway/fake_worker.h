@@ -33,12 +33,14 @@ class FakeWorker final : public Worker {
   std::atomic<bool> emit_eos{true};
   std::atomic<int> last_prompt_len{0};
   std::atomic<int> tokens_emitted{0};
+  std::atomic<int> vocab_size{0};  // reported by Health (0: not reported)
 
   absl::StatusOr<WorkerInfo> Health() override {
     if (!healthy) return absl::UnavailableError("fake worker down");
     WorkerInfo i;
     i.model = "fake";
     i.max_context = 4096;
+    i.vocab_size = vocab_size;
     return i;
   }
 

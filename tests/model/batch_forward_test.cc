@@ -222,6 +222,28 @@ TEST_P(BatchForward, EachDistinctExpertFetchedOncePerLayerPerStep) {
   EXPECT_LT(rec.gets.size(), gets_alone);
 }
 
+// The look-ahead of a batch hints the union of its rows' predicted experts,
+// unless that union is most of the layer (then it would only compete with
+// the demand reads).
+TEST(LookAhead, BatchHintsTheUnionUnlessItCoversMostOfTheLayer) {
+  auto keys = Model::LookAheadKeys(3, {{5, 1}, {1, 2}, {2, 5}}, 8);
+  ASSERT_EQ(keys.size(), 3u);
+  EXPECT_EQ(keys[0], (ExpertKey{3, 1}));
+  EXPECT_EQ(keys[1], (ExpertKey{3, 2}));
+  EXPECT_EQ(keys[2], (ExpertKey{3, 5}));
+  EXPECT_EQ(Model::LookAheadKeys(3, {{0, 1}, {2, 3}}, 8).size(), 4u);  // exactly half: still hinted
+  EXPECT_TRUE(Model::LookAheadKeys(3, {{0, 1}, {2, 3}, {4, 0}}, 8).empty());
+  // GLM-5 shape: 16 decode rows x top-8 of 256 share experts well below half.
+  std::vector<std::vector<int>> rows;
+  for (int r = 0; r < 16; ++r) {
+    rows.emplace_back();
+    for (int k = 0; k < 8; ++k) rows.back().push_back((r * 5 + k * 11) % 256);
+  }
+  auto many = Model::LookAheadKeys(70, rows, 256);
+  EXPECT_FALSE(many.empty());
+  EXPECT_LE(many.size(), 128u);
+}
+
 TEST_P(BatchForward, BadBatchFailsBeforeTouchingAnyCache) {
   auto e = Engine::Open(dir_, EngineConfig{});
   ASSERT_TRUE(e.ok()) << e.status();

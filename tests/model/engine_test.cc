@@ -12,6 +12,7 @@
 
 #include "common/format/convert.h"
 #include "common/model/engine.h"
+#include "common/model/memory_fit.h"
 #include "tests/model/tiny_checkpoint.h"
 
 namespace moe {
@@ -428,6 +429,31 @@ TEST_P(EngineTest, KvBf16AgreementUnderF32Numerics) {
     std::printf("kv bf16 vs f32 storage (f32 numerics): argmax %d/%zu equal, max |dlogit| %.4f\n", agree, kIds.size(), maxd);
     EXPECT_GE(agree * 10, static_cast<int>(kIds.size()) * 9);
   }
+}
+
+// The one fit check of moe run and inferd: a RAM budget below the resident
+// weights + KV is refused naming both; a large one leaves the rest to the
+// expert cache.
+TEST_P(EngineTest, MemoryFitRefusesATooSmallBudgetAndSizesTheExpertCache) {
+  auto plan = Engine::Plan(dir_, EngineConfig{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int64_t kv_tokens = 100, fixed = plan->resident_bytes + plan->kv_bytes_per_token * kv_tokens;
+  auto small = FitMemoryPlan(dir_, static_cast<uint64_t>(fixed - 1), kv_tokens, EngineConfig{});
+  ASSERT_EQ(small.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string msg(small.status().message());
+  EXPECT_NE(msg.find(absl::StrCat("resident weights ", plan->resident_bytes, " B")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("for 100 tokens"), std::string::npos) << msg;
+  auto fit = FitMemoryPlan(dir_, static_cast<uint64_t>(fixed + 12345), kv_tokens, EngineConfig{});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->config.expert_budget_bytes, 12345);
+  EXPECT_EQ(fit->plan.expert_cache_bytes, std::min<int64_t>(12345, plan->expert_total_bytes));
+  EXPECT_EQ(fit->kv_bytes, plan->kv_bytes_per_token * kv_tokens);
+  // No budget: the caller's expert budget stays.
+  EngineConfig base;
+  base.expert_budget_bytes = 777;
+  auto unlimited = FitMemoryPlan(dir_, 0, kv_tokens, base);
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status();
+  EXPECT_EQ(unlimited->config.expert_budget_bytes, 777);
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, EngineTest, ::testing::Values(true, false),

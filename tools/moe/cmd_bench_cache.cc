@@ -19,6 +19,7 @@ int RunBenchCache(int argc, char** argv) {
   bool synthetic = false, json = false;
   uint64_t budget = 0, expert_bytes = 19ull << 20;
   int64_t tokens = 2000, layers = 75, seed = 1, sample = 64;
+  double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
@@ -37,6 +38,7 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddDouble("alpha", &alpha, "policy: weight of the recency term");
   flags.AddDouble("window-tokens", &window, "policy: step recency (alpha while used within this many tokens)");
   flags.AddBool("fixed-alpha", &fixed_alpha, "policy: keep --alpha (default: learn it from the trace)");
+  flags.AddDouble("learn-rate", &learn_rate, "policy: learning rate of the learned eviction order");
   flags.AddInt("sample", &sample, "policy: eviction candidates sampled per miss (0 = exact scan, slow)");
   flags.AddBool("json", &json, "print JSON");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
@@ -49,8 +51,8 @@ int RunBenchCache(int argc, char** argv) {
   if (budget == 0 || expert_bytes == 0)
     return Fail("bench cache", absl::InvalidArgumentError("--budget and --expert-bytes must be > 0"));
   RoutingTrace t;
+  SyntheticTraceConfig c;
   if (synthetic) {
-    SyntheticTraceConfig c;
     c.num_layers = static_cast<uint32_t>(layers);
     c.num_tokens = static_cast<uint32_t>(tokens);
     c.seed = static_cast<uint64_t>(seed);
@@ -69,12 +71,22 @@ int RunBenchCache(int argc, char** argv) {
   uint64_t keys = uint64_t(t.num_layers) * t.num_experts;
   auto t0 = std::chrono::steady_clock::now();
   auto lru = SimulateLru(t, slots);
-  auto ours = SimulateHeat(t, slots, PolicyConfig{0, slow, fast, alpha, window, !fixed_alpha},
-                             sample > 0 ? static_cast<int>(sample) : 1 << 30);
+  const int cands = sample > 0 ? static_cast<int>(sample) : 1 << 30;
+  PolicyConfig pc{0, slow, fast, alpha, window, !fixed_alpha};
+  pc.learn_rate = learn_rate;
+  pc.learned = false;
+  auto heat = SimulateHeat(t, slots, pc, cands);  // the heat score alone (learned = false)
+  pc.learned = true;
+  auto ours = SimulateHeat(t, slots, pc, cands);
   auto opt = SimulateBelady(t, slots);
+  auto fixed = SimulateStaticBest(t, slots);
+  // Synthetic only: the bound of an online policy told the generator's distribution.
+  SimResult informed;
+  if (synthetic) informed = SimulateInformed(t, slots, c, 8, cands);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double gap = opt.hit_rate() - lru.hit_rate();
   double closed = gap > 0 ? (ours.hit_rate() - lru.hit_rate()) / gap : 0.0;
+  double closed_heat = gap > 0 ? (heat.hit_rate() - lru.hit_rate()) / gap : 0.0;
   if (json) {
     nlohmann::json j = {{"trace", synthetic ? "synthetic" : trace_path},
                         {"layers", t.num_layers},
@@ -84,8 +96,17 @@ int RunBenchCache(int argc, char** argv) {
                         {"accesses", lru.accesses},
                         {"slots", slots},
                         {"budget_fraction", double(slots) / double(keys)},
-                        {"hit_rate", {{"lru", lru.hit_rate()}, {"ours", ours.hit_rate()}, {"belady", opt.hit_rate()}}},
+                        {"hit_rate",
+                         {{"lru", lru.hit_rate()},
+                          {"heat", heat.hit_rate()},
+                          {"ours", ours.hit_rate()},
+                          {"belady", opt.hit_rate()}}},
                         {"gap_closed", closed},
+                        {"gap_closed_heat", closed_heat},
+                        {"static_best_hit_rate", fixed.hit_rate()},
+                        {"gap_closed_static_best", gap > 0 ? (fixed.hit_rate() - lru.hit_rate()) / gap : 0.0},
+                        {"learned_weights", ours.weights},
+                        {"gap_closed_informed", synthetic && gap > 0 ? (informed.hit_rate() - lru.hit_rate()) / gap : 0.0},
                         {"seconds", secs}};
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
@@ -94,9 +115,15 @@ int RunBenchCache(int argc, char** argv) {
               t.top_k, t.num_tokens, (unsigned long)lru.accesses);
   std::printf("budget: %lu slots of %.1f MiB = %.1f%% of the experts\n", (unsigned long)slots,
               expert_bytes / 1048576.0, 100.0 * slots / keys);
-  std::printf("hit rate: LRU %.2f%%  ours %.2f%%  Belady %.2f%%\n", 100 * lru.hit_rate(), 100 * ours.hit_rate(),
-              100 * opt.hit_rate());
-  std::printf("LRU->Belady gap closed by ours: %.0f%%   (%.1f s)\n", 100 * closed, secs);
+  std::printf("hit rate: LRU %.2f%%  heat %.2f%%  ours (learned) %.2f%%  Belady %.2f%%\n", 100 * lru.hit_rate(),
+              100 * heat.hit_rate(), 100 * ours.hit_rate(), 100 * opt.hit_rate());
+  std::printf("LRU->Belady gap closed by ours: %.0f%% (heat score alone: %.0f%%)   (%.1f s)\n", 100 * closed,
+              100 * closed_heat, secs);
+  std::printf("static best in hindsight (the trace's most used keys, fixed): %.2f%%, %.0f%% of the gap\n",
+              100 * fixed.hit_rate(), gap > 0 ? 100 * (fixed.hit_rate() - lru.hit_rate()) / gap : 0.0);
+  if (synthetic)
+    std::printf("informed bound (told each phase's expected popularity and the reuse chance): %.2f%%, %.0f%% of the gap\n",
+                100 * informed.hit_rate(), gap > 0 ? 100 * (informed.hit_rate() - lru.hit_rate()) / gap : 0.0);
   return 0;
 }
 

@@ -136,6 +136,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   }
   if (model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
   MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "prompt-ids", model, /*allow_empty=*/!resume_kv.empty()));
+  // Taken once: g++ 12 warns (falsely) about reading the optional much later.
+  const text::Tokenizer* tokenizer = in.text ? in.text->tokenizer.get() : nullptr;
   std::vector<int32_t> prompt = std::move(in.ids);
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
   EngineConfig ec;
@@ -203,7 +205,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
     nlohmann::json j;
     j["tokens"] = r.tokens;
     j["stopped_at_eos"] = r.stopped_at_eos;
-    if (in.text) j["text"] = in.text->tokenizer->Decode(r.tokens, /*skip_special=*/true);
+    if (tokenizer) j["text"] = tokenizer->Decode(r.tokens, /*skip_special=*/true);
     j["stats"] = {{"prompt_tokens", prompt.size()},
                   {"generated_tokens", r.tokens.size()},
                   {"prefill_seconds", r.prefill_seconds},
@@ -223,7 +225,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   } else {
     for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);
     std::printf("\n");
-    if (in.text) std::printf("%s\n", in.text->tokenizer->Decode(r.tokens, /*skip_special=*/true).c_str());
+    if (tokenizer) std::printf("%s\n", tokenizer->Decode(r.tokens, /*skip_special=*/true).c_str());
     std::fprintf(stderr,
                  "%zu tokens; prefill %.1f tok/s, decode %.2f tok/s; expert hit rate %.3f; read %lld B; peak RSS "
                  "%lld B\n",

@@ -9,23 +9,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/model/memory_fit.h"
 #include "common/text/chat.h"
 
 namespace moe::cli {
-namespace {
-
-int64_t MemAvailableBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
-}
-
-}  // namespace
 
 void AddPromptFlags(FlagSet& flags, const char* ids_flag, PromptFlags* p) {
   flags.AddString(ids_flag, &p->ids, "prompt token ids, comma-separated");
@@ -97,30 +84,15 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const 
 
 absl::StatusOr<EngineConfig> PlanAndCheck(const std::string& model_dir, uint64_t ram_budget, int64_t kv_tokens,
                                           EngineConfig base) {
-  MOE_ASSIGN_OR_RETURN(MemoryPlan plan, Engine::Plan(model_dir, base));
-  const int64_t kv = plan.kv_bytes_per_token * kv_tokens;
-  const int64_t fixed = plan.resident_bytes + kv;
-  if (ram_budget > 0) {
-    const int64_t room = static_cast<int64_t>(ram_budget) - fixed;
-    if (room < 0) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "memory plan does not fit --ram-budget ", ram_budget, " B: resident weights ", plan.resident_bytes,
-          " B + KV ", kv, " B need ", fixed, " B"));
-    }
-    base.expert_budget_bytes = room;
-    plan.expert_cache_bytes = std::min<int64_t>(room, plan.expert_total_bytes);
+  auto fit = FitMemoryPlan(model_dir, ram_budget, kv_tokens, std::move(base));
+  if (!fit.ok()) {
+    // Keep the flag's name in the CLI's message.
+    if (ram_budget > 0 && absl::IsResourceExhausted(fit.status()))
+      return absl::ResourceExhaustedError(absl::StrCat("--ram-budget: ", fit.status().message()));
+    return fit.status();
   }
-  std::fprintf(stderr, "%s; KV for %lld tokens %lld B\n", plan.ToString().c_str(), static_cast<long long>(kv_tokens),
-               static_cast<long long>(kv));
-  const int64_t avail = MemAvailableBytes();
-  // The expert cache only grows on demand; what must be available up front is
-  // the resident set, the KV and one MoE layer's working set of experts.
-  const int64_t need = fixed + plan.experts_per_token_bytes;
-  if (avail > 0 && need > avail) {
-    return absl::ResourceExhaustedError(absl::StrCat("memory plan needs at least ", need, " B but only ", avail,
-                                                     " B are available (MemAvailable); refusing to load"));
-  }
-  return base;
+  std::fprintf(stderr, "%s\n", fit->report.c_str());
+  return std::move(fit->config);
 }
 
 int64_t PeakRssBytes() {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Regenerates the policy table of docs/BENCHMARKS.md (## expertd, "Policy"):
+# every committed routing trace and the synthetic GLM-5-shaped one, at the
+# budgets used there, through `moe bench cache --json`; prints markdown rows.
+# Usage: tools/bench/cache_table.sh [BUILD_DIR]   (~1 minute; deterministic)
+set -euo pipefail
+build=${1:-build}
+moe="$build/tools/moe/moe"
+R=tests/data/expertstore/routing
+row() {  # label budget-label args...
+  local label=$1 blabel=$2
+  shift 2
+  "$moe" bench cache --json "$@" | python3 -c '
+import json, sys
+j = json.load(sys.stdin); h = j["hit_rate"]; label, blabel = sys.argv[1], sys.argv[2]
+pct = lambda x: "%.2f%%" % (100 * x)
+gap = lambda x: "%.0f%%" % (100 * x)
+extra = ""
+if "gap_closed_informed" in j and j["trace"] == "synthetic":
+    extra = ", informed " + gap(j["gap_closed_informed"])
+print("| %s | %s | %s | %s | %s | %s | %s | %s -> %s (static best %s%s) |" % (
+    label, blabel, pct(h["lru"]), pct(j["static_best_hit_rate"]), pct(h["heat"]), pct(h["ours"]), pct(h["belady"]),
+    gap(j["gap_closed_heat"]), gap(j["gap_closed"]), gap(j["gap_closed_static_best"]), extra))' "$label" "$blabel"
+}
+echo "| trace | budget | LRU | static best | heat score | ours (learned) | Belady | gap closed: heat -> ours (bounds) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+E=$((19 * 1024 * 1024))
+for s in "1920 10%" "5760 30%" "9600 50%"; do
+  set -- $s
+  row synthetic "$2 ($1 slots)" --synthetic --tokens 2000 --budget $(($1 * E))
+done
+row "synthetic Zipf 1.1, keep 0.2" "10%" --synthetic --tokens 2000 --zipf 1.1 --keep 0.2 --budget $((1920 * E))
+for t in tiny_expertd_doc tiny_architecture_doc tiny_anchors_doc; do
+  for b in "6 19%" "10 31%" "16 50%"; do
+    set -- $b
+    row "recorded $t" "$2 ($1 of 32)" --trace $R/$t.txt --budget $1 --expert-bytes 1
+  done
+done
+for t in glm_tiny_chat_docstrings glm_tiny_chat_chats; do
+  for b in "18 19%" "30 31%" "48 50%"; do
+    set -- $b
+    row "trained $t" "$2 ($1 of 96)" --trace $R/$t.txt --budget $1 --expert-bytes 1
+  done
+done
