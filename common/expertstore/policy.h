@@ -91,6 +91,7 @@ class HeatPolicy {
   uint32_t index(int layer, int expert) const { return uint32_t(layer) * num_experts_ + uint32_t(expert); }
   uint64_t now() const { return now_; }
   double alpha() const { return alpha_; }
+  bool learned() const { return cfg_.learned; }
 
   // One access (or `count` accesses at once, e.g. harvested shm hits).
   void Touch(uint32_t key, double count = 1.0);

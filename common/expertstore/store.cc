@@ -653,6 +653,11 @@ StoreStats ExpertStore::Stats() {
   s.prefetch_gate_open = gate_.Allow(now);
   s.prefetch_precision = gate_.precision();
   s.demand_busy = gate_.demand_busy(now);
+  s.policy = policy_.learned() ? "learned" : "heat";
+  if (policy_.learned()) {
+    s.policy_weights.assign(policy_.weights(), policy_.weights() + HeatPolicy::kFeatures);
+    s.policy_horizon_tokens = policy_.horizon_tokens();
+  }
   return s;
 }
 

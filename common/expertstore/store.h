@@ -76,6 +76,10 @@ struct StoreStats {
   bool prefetch_gate_open = true;   // the gate's decision now
   double prefetch_precision = 0;    // the gate's decayed look-ahead precision p
   double demand_busy = 0;           // the gate's decayed share of time fetches waited, u
+  // Placement policy (policy.h): the order in use, and the learned model.
+  std::string policy;                    // "learned" or "heat"
+  std::vector<double> policy_weights;    // learned order: the logistic model's weights
+  double policy_horizon_tokens = 0;      // learned order: what "used soon" means now (mean eviction age)
   uint64_t slabs_total = 0, slabs_active = 0, slabs_ready = 0, slabs_filling = 0, slabs_leased = 0;
   uint64_t arena_bytes = 0, budget_bytes = 0, resident_bytes = 0;
   uint32_t sessions = 0;

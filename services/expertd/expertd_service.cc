@@ -119,6 +119,9 @@ void FillStats(ExpertStore& store, StatsReply* rep) {
   rep->set_prefetch_gate_open(s.prefetch_gate_open);
   rep->set_prefetch_precision(s.prefetch_precision);
   rep->set_demand_busy(s.demand_busy);
+  rep->set_policy(s.policy);
+  for (double w : s.policy_weights) rep->add_policy_weights(w);
+  rep->set_policy_horizon_tokens(s.policy_horizon_tokens);
 }
 
 grpc::Status ExpertdService::Stats(grpc::ServerContext*, const StatsRequest*, StatsReply* rep) {

@@ -69,6 +69,8 @@ int Main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--top-k / --max-sessions out of range"));
   if (spec_inflight < 0 || spec_inflight > 4096)
     return Fail(absl::InvalidArgumentError("--spec-inflight must be in [0, 4096] (0 = no cap)"));
+  if (policy != "learned" && policy != "heat")
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--policy: '", policy, "' is not one of learned, heat")));
 
   // Block the stop signals before any thread starts; main waits for them.
   sigset_t stop = BlockStopSignals();
@@ -98,8 +100,6 @@ int Main(int argc, char** argv) {
   cfg.page_cache_tier = page_cache;
   cfg.populate = populate;
   cfg.heat_file = heat_file;
-  if (policy != "learned" && policy != "heat")
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--policy: '", policy, "' is not one of learned, heat")));
   cfg.policy.learned = policy == "learned";
   cfg.wait_ms = wait_ms;
   auto store = expertstore::ExpertStore::Create(std::move(*locator), cfg);

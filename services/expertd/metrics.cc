@@ -60,6 +60,8 @@ class StoreCollectable final : public prometheus::Collectable {
         s.prefetch_gate_open ? 1.0 : 0.0);
     add("moe_expertd_prefetch_precision", "decayed share of look-ahead fills used (gate's p)", T::Gauge,
         s.prefetch_precision);
+    add("moe_expertd_policy_horizon_tokens", "learned eviction order: mean age of evicted experts (tokens)",
+        T::Gauge, s.policy_horizon_tokens);
     add("moe_expertd_demand_busy", "decayed share of time fetches waited for reads (gate's u)", T::Gauge,
         s.demand_busy);
     add("moe_expertd_arena_bytes", "shared-memory arena size", T::Gauge, double(s.arena_bytes));

@@ -143,6 +143,10 @@ TEST_F(ExpertdIntegration, TwoWorkerProcessesShareOneCache) {
   EXPECT_EQ(s2->slabs_ready(), 4u);                              // memory counted once
   EXPECT_EQ(s2->resident_bytes(), 4 * kRec);
   EXPECT_GE(s2->shm_hits(), 4u);
+  // The admin RPC shows the placement policy: the learned order and its model.
+  EXPECT_EQ(s2->policy(), "learned");
+  EXPECT_EQ(s2->policy_weights_size(), 9);
+  EXPECT_GT(s2->policy_horizon_tokens(), 0.0);
 
   auto heat = (*admin)->Heat();
   ASSERT_TRUE(heat.ok());
@@ -342,7 +346,7 @@ TEST_F(ExpertdIntegration, PrometheusMetricsAreServedAndMove) {
         "moe_expertd_prefetch_issued_total", "moe_expertd_prefetch_used_total", "moe_expertd_prefetch_refused_total",
         "moe_expertd_arena_bytes", "moe_expertd_budget_bytes", "moe_expertd_resident_bytes",
         "moe_expertd_slabs_ready", "moe_expertd_slabs_leased", "moe_expertd_sessions", "moe_expertd_io_inflight",
-        "moe_expertd_io_queue_depth", "moe_expertd_read_gbps"})
+        "moe_expertd_io_queue_depth", "moe_expertd_read_gbps", "moe_expertd_policy_horizon_tokens"})
     EXPECT_NE(m0.find(std::string("# TYPE ") + name), std::string::npos) << name;
   EXPECT_EQ(Metric(m0, "moe_expertd_requests_total"), 0);
   EXPECT_EQ(Metric(m0, "moe_expertd_budget_bytes"), double(8 * kRec));

@@ -110,6 +110,9 @@ int RunHeat(int argc, char** argv) {
                      {"refused", st->prefetch_refused()}, {"promoted", st->prefetch_promoted()},
                      {"gated", st->prefetch_gated()}, {"gate_open", st->prefetch_gate_open()},
                      {"precision", st->prefetch_precision()}, {"demand_busy", st->demand_busy()}};
+    j["policy"] = {{"order", st->policy()},
+                   {"weights", std::vector<double>(st->policy_weights().begin(), st->policy_weights().end())},
+                   {"horizon_tokens", st->policy_horizon_tokens()}};
     j["slabs"] = {{"total", st->slabs_total()}, {"active", st->slabs_active()}, {"ready", st->slabs_ready()},
                   {"filling", st->slabs_filling()}, {"leased", st->slabs_leased()}};
     j["bytes"] = {{"arena", st->arena_bytes()}, {"budget", st->budget_bytes()}, {"resident", st->resident_bytes()}};
@@ -145,6 +148,13 @@ int RunHeat(int argc, char** argv) {
               (unsigned long)st->prefetch_refused(), (unsigned long)st->prefetch_promoted(),
               (unsigned long)st->prefetch_gated(), st->prefetch_gate_open() ? "open" : "closed",
               st->prefetch_precision(), st->demand_busy());
+  std::printf("policy %s", st->policy().c_str());
+  if (st->policy_weights_size() > 0) {
+    std::printf(" (horizon %.1f tokens; weights", st->policy_horizon_tokens());
+    for (double w : st->policy_weights()) std::printf(" %.2f", w);
+    std::printf(")");
+  }
+  std::printf("\n");
   std::printf("hottest experts:\n");
   for (int i = 0; i < top && i < int(order.size()) && h->heat(int(order[i])) > 0; ++i) {
     size_t k = order[i];
