@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -187,20 +188,32 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots) {
   return r;
 }
 
-SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample) {
+SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample, uint64_t harvest_every) {
   SimResult r;
   c.accesses_per_token = double(t.num_layers) * t.top_k;
   HeatPolicy p(t.num_layers, t.num_experts, c);
   ResidentSet res(size_t(t.num_layers) * t.num_experts);
+  std::vector<uint32_t> unseen_hits(harvest_every ? size_t(t.num_layers) * t.num_experts : 0, 0);
   std::mt19937_64 rng(7);
+  auto touch = [&](uint32_t k, double count) {
+    p.Touch(k, count);
+    if (res.size()) p.Observe(res.at(rng() % res.size()));  // a resident key to learn from
+  };
   for (uint32_t k : t.keys) {
     ++r.accesses;
-    p.Touch(k);
-    if (res.size()) p.Observe(res.at(rng() % res.size()));  // a resident key to learn from
+    if (harvest_every && r.accesses % harvest_every == 0) {
+      for (uint32_t q = 0; q < unseen_hits.size(); ++q)
+        if (unseen_hits[q]) touch(q, std::exchange(unseen_hits[q], 0));
+    }
     if (res.Has(k)) {
       ++r.hits;
+      if (harvest_every)
+        ++unseen_hits[k];
+      else
+        touch(k, 1);
       continue;
     }
+    touch(k, 1);
     if (slots == 0) continue;
     if (res.size() >= slots) {
       size_t v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return p.EvictBefore(a, b); });

@@ -63,7 +63,11 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
 // The learned order is trained as in expertd: one random resident observed
 // per access, fills and evictions reported.
 // accesses_per_token is taken from the trace.
-SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64);
+// harvest_every > 0 delivers hits to the policy the way expertd sees workers'
+// shared-memory leases: counted per key and handed over every that many
+// accesses, in key order (misses reach it at once, as FetchExperts does).
+SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64,
+                       uint64_t harvest_every = 0);
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
 // The best fixed placement in hindsight: the `slots` keys the whole trace
 // uses most, each kept from its first use (a compulsory miss, as for the

@@ -19,7 +19,7 @@
 // whose score is below the score the incoming key would have after one
 // access (a prefetch never evicts an expert hotter than what it brings).
 //
-// Learned eviction order (default, `learned`): the heat score above is one
+// Learned eviction order (opt-in, `learned`): the heat score above is one
 // fixed guess at "will this expert be used again soon"; which signal matters
 // depends on the workload (random-weight tiny models: frequency; sticky
 // routing: the last token; GLM-5: both, plus where the layer stands in the
@@ -34,8 +34,11 @@
 // the relaxed-Belady target of LRB (Song et al., NSDI '20), with a linear
 // model instead of boosted trees. On recorded tiny-model traces it closes
 // 10-18 more points of the LRU->Belady gap than the heat score at 31-50%
-// budgets and ties it on the synthetic GLM-5-shaped trace
-// (docs/BENCHMARKS.md ## expertd); learned = false keeps the heat score.
+// budgets and ties it on the synthetic GLM-5-shaped trace in replay
+// (docs/BENCHMARKS.md ## expertd). Not the default: inside expertd it sees
+// workers' shm hits only as harvested counts, trains on too few clean
+// samples and lost to the heat score end to end (10% budget: 23.8% vs 30.5%
+// hits); it needs the workers' access stream first.
 //
 // Heat (decayed counts; the learned weights too) persists in a file tagged
 // with the model identity; loading a file of another model is refused with
@@ -78,8 +81,8 @@ struct PolicyConfig {
   // explains (random-weight tiny models) a small one.
   bool adaptive_alpha = true;
   // Eviction order from the online-learned model (see the header comment);
-  // false = the heat score (decayed count + recency bonus).
-  bool learned = true;
+  // false (default) = the heat score (decayed count + recency bonus).
+  bool learned = false;
   double learn_rate = 0.01;
 };
 

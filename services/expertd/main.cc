@@ -34,7 +34,7 @@ int Fail(const absl::Status& s) {
 
 int Main(int argc, char** argv) {
   using namespace moe;
-  std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, policy = "learned";
+  std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, policy = "heat";
   uint64_t budget = 0, chunk = 2ull << 20;
   int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000, spec_inflight = 1;
   bool page_cache = true, populate = false, register_buffers = true, prefetch_gate = true;
@@ -57,7 +57,7 @@ int Main(int argc, char** argv) {
   flags.AddBool("populate", &populate, "pre-fault the arena at start");
   flags.AddInt("max-sessions", &max_sessions, "worker sessions");
   flags.AddInt("wait-ms", &wait_ms, "how long a fetch waits for a slab when all are leased");
-  flags.AddString("policy", &policy, "eviction order: learned (online model, default) or heat (decayed count + recency)");
+  flags.AddString("policy", &policy, "eviction order: heat (decayed count + recency, default) or learned (online model; see policy.h)");
   flags.AddString("heat-file", &heat_file, "persist heat here (loaded at start, saved at exit)");
   flags.AddString("metrics-addr", &metrics_addr, "Prometheus /metrics address, e.g. 127.0.0.1:9464 (off if empty)");
   if (auto code = ParseServiceFlags("expertd", flags, argc, argv)) return *code;

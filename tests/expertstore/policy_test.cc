@@ -13,7 +13,7 @@ namespace moe::expertstore {
 namespace {
 
 PolicyConfig HeatOrder(PolicyConfig c) {
-  c.learned = false;
+  c.learned = false;  // the default; explicit where a test is about the heat score
   return c;
 }
 
@@ -97,6 +97,7 @@ TEST(HeatPolicy, LearnedOrderFindsTheLayerCycle) {
   for (uint32_t tok = 0; tok < t.num_tokens; ++tok)
     for (uint32_t k = 0; k < 16; ++k) t.keys.push_back(k);
   PolicyConfig c;
+  c.learned = true;
   auto lru = SimulateLru(t, 12), learned = SimulateHeat(t, 12, c), opt = SimulateBelady(t, 12);
   c.learned = false;
   auto heat = SimulateHeat(t, 12, c);
@@ -113,6 +114,7 @@ TEST(HeatPolicy, LearnedOrderBeatsHeatScoreOnRecordedRouting) {
   ASSERT_TRUE(t.ok()) << t.status();
   for (uint64_t slots : {10, 16}) {
     PolicyConfig c;
+    c.learned = true;
     double lru = SimulateLru(*t, slots).hit_rate(), opt = SimulateBelady(*t, slots).hit_rate();
     double learned = SimulateHeat(*t, slots, c).hit_rate();
     c.learned = false;
@@ -130,6 +132,7 @@ TEST(HeatPolicy, LearnedWeightsPersistAndOldFilesAreRefused) {
   for (int i = 0; i < 4000; ++i) keys.push_back(uint32_t(i % 2 * 8 + rng() % (i % 2 ? 8 : 3)));
   PolicyConfig c;
   c.accesses_per_token = 4;
+  c.learned = true;
   HeatPolicy p(2, 8, c);
   for (size_t i = 0; i < keys.size(); ++i) {
     p.Touch(keys[i]);
@@ -184,6 +187,23 @@ TEST(CacheSim, OrderingOnASkewedGlmShapedTrace) {
   auto informed = SimulateInformed(t, slots, c, 4);
   EXPECT_GT(informed.hit_rate(), heat.hit_rate());
   EXPECT_LT(informed.hit_rate(), opt.hit_rate());
+}
+
+// Hits delivered as expertd harvests them: every access (the same order as
+// at once) changes nothing; every 32 accesses the heat score barely moves.
+TEST(CacheSim, HarvestedHitDelivery) {
+  SyntheticTraceConfig c;
+  c.num_layers = 2;
+  c.num_experts = 64;
+  c.num_tokens = 600;
+  auto t = MakeSyntheticTrace(c);
+  for (bool learned : {false, true}) {
+    PolicyConfig pc;
+    pc.learned = learned;
+    EXPECT_EQ(SimulateHeat(t, 12, pc, 64, 1).hits, SimulateHeat(t, 12, pc, 64, 0).hits) << learned;
+  }
+  PolicyConfig heat;
+  EXPECT_NEAR(SimulateHeat(t, 12, heat, 64, 32).hit_rate(), SimulateHeat(t, 12, heat, 64, 0).hit_rate(), 0.04);
 }
 
 TEST(CacheSim, TraceFileRoundTripsAndRejectsGarbage) {

@@ -18,11 +18,11 @@ gap = lambda x: "%.0f%%" % (100 * x)
 extra = ""
 if "gap_closed_informed" in j and j["trace"] == "synthetic":
     extra = ", informed " + gap(j["gap_closed_informed"])
-print("| %s | %s | %s | %s | %s | %s | %s | %s -> %s (static best %s%s) |" % (
-    label, blabel, pct(h["lru"]), pct(j["static_best_hit_rate"]), pct(h["heat"]), pct(h["ours"]), pct(h["belady"]),
-    gap(j["gap_closed_heat"]), gap(j["gap_closed"]), gap(j["gap_closed_static_best"]), extra))' "$label" "$blabel"
+print("| %s | %s | %s | %s | %s | %s | %s | %s / %s (static best %s%s) |" % (
+    label, blabel, pct(h["lru"]), pct(j["static_best_hit_rate"]), pct(h["ours"]), pct(h["learned"]), pct(h["belady"]),
+    gap(j["gap_closed"]), gap(j["gap_closed_learned"]), gap(j["gap_closed_static_best"]), extra))' "$label" "$blabel"
 }
-echo "| trace | budget | LRU | static best | heat score | ours (learned) | Belady | gap closed: heat -> ours (bounds) |"
+echo "| trace | budget | LRU | static best | ours (heat, default) | learned | Belady | gap closed: ours / learned (bounds) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 E=$((19 * 1024 * 1024))
 for s in "1920 10%" "5760 30%" "9600 50%"; do
