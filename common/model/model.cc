@@ -275,10 +275,30 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
   };
 
   if (opt_.attention == AttentionPath::kExplicit) {
-    // HF form: expand every cached latent with kv_b (bf16 like HF's cache).
+    // HF form: expand the cached latents with kv_b (bf16 like HF's cache) -
+    // only those some row attends to: with DSA top-k that is index_topk of a
+    // long context, not all of it (rows expand independently, so the values
+    // are the same bits as expanding everything).
     const int64_t kvw = nh * (dn + dv);
-    std::vector<float> kv(T * kvw);
-    LinearR(lw.kv_b, lats.data(), T, kv.data());
+    std::vector<int64_t> slot(T, -1);  // cached position -> row of kv
+    int64_t used = 0;
+    if (topk.valid) {
+      for (int64_t s = 0; s < S; ++s)
+        for (int32_t t : keys_of(s))
+          if (slot[t] < 0) slot[t] = 0;
+      std::vector<float> picked;
+      for (int64_t t = 0; t < T; ++t) {
+        if (slot[t] < 0) continue;
+        slot[t] = used++;
+        picked.insert(picked.end(), lats.begin() + t * rkv, lats.begin() + (t + 1) * rkv);
+      }
+      lats.swap(picked);
+    } else {
+      for (int64_t t = 0; t < T; ++t) slot[t] = t;
+      used = T;
+    }
+    std::vector<float> kv(used * kvw);
+    LinearR(lw.kv_b, lats.data(), used, kv.data());
 #pragma omp parallel for collapse(2) schedule(static) if (S * nh * T * (dq + dv) > (1 << 18))
     for (int64_t s = 0; s < S; ++s) {
       for (int64_t h = 0; h < nh; ++h) {
@@ -288,7 +308,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
         float mx = -INFINITY;
         for (size_t i = 0; i < keys.size(); ++i) {
           const int64_t t = keys[i];
-          std::memcpy(kh.data(), kv.data() + t * kvw + h * (dn + dv), dn * sizeof(float));
+          std::memcpy(kh.data(), kv.data() + slot[t] * kvw + h * (dn + dv), dn * sizeof(float));
           std::memcpy(kh.data() + dn, kpe.data() + t * dr, dr * sizeof(float));
           sc[i] = R(R(DotF32(qh, kh.data(), dq)) * scale);
           mx = std::max(mx, sc[i]);
@@ -302,7 +322,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
         float* o = attn + (s * nh + h) * dv;
         for (int64_t d = 0; d < dv; ++d) {
           float acc = 0;
-          for (size_t i = 0; i < keys.size(); ++i) acc += sc[i] * kv[keys[i] * kvw + h * (dn + dv) + dn + d];
+          for (size_t i = 0; i < keys.size(); ++i) acc += sc[i] * kv[slot[keys[i]] * kvw + h * (dn + dv) + dn + d];
           o[d] = R(acc);
         }
       }
