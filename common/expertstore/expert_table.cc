@@ -13,8 +13,11 @@ constexpr uint64_t kHeaderBytes = sizeof(ShmHeader);
 uint64_t TableBytes(uint32_t layers, uint32_t experts) {
   return AlignUp(uint64_t(layers) * experts * sizeof(ShmTableEntry), 64);
 }
-uint64_t SessionStride(uint32_t num_slabs) {
+uint64_t LeaseRowBytes(uint32_t num_slabs) {
   return AlignUp(sizeof(ShmSessionHeader) + uint64_t(num_slabs) * sizeof(std::atomic<uint32_t>), 64);
+}
+uint64_t SessionStride(uint32_t num_slabs) {
+  return LeaseRowBytes(num_slabs) + uint64_t(kHitLog) * sizeof(std::atomic<uint32_t>);
 }
 
 }  // namespace
@@ -121,6 +124,30 @@ std::atomic<uint32_t>* ExpertTable::session_counts(uint32_t s) const {
                                                   sizeof(ShmSessionHeader));
 }
 
+std::atomic<uint32_t>* ExpertTable::session_hit_log(uint32_t s) const {
+  return reinterpret_cast<std::atomic<uint32_t>*>(sessions_ + uint64_t(s) * hdr_->session_stride +
+                                                  LeaseRowBytes(hdr_->num_slabs));
+}
+
+uint64_t ExpertTable::DrainHitLog(uint32_t session, uint64_t* tail, const std::function<void(int, int)>& fn) const {
+  ShmSessionHeader& sh = this->session(session);
+  std::atomic<uint32_t>* log = session_hit_log(session);
+  const uint64_t head = sh.hit_head.load(std::memory_order_acquire);
+  uint64_t lost = 0;
+  if (head < *tail) *tail = 0;  // the row was reset (session reclaimed): read it from the start
+  if (head - *tail > kHitLog) {
+    lost = head - *tail - kHitLog;
+    *tail = head - kHitLog;
+  }
+  for (; *tail < head; ++*tail) {
+    const uint32_t v = log[*tail % kHitLog].exchange(0, std::memory_order_acquire);
+    if (v == 0) break;  // claimed, not written yet: next time
+    const uint32_t key = v - 1;
+    if (ValidKey(KeyLayer(key), KeyExpert(key))) fn(KeyLayer(key), KeyExpert(key));
+  }
+  return lost;
+}
+
 void ExpertTable::Describe(uint32_t slab, Lease* out) const {
   const ShmSlab& s = slabs_[slab];
   out->slab = slab;
@@ -171,6 +198,8 @@ std::optional<Lease> ExpertTable::TryLease(uint32_t session, int layer, int expe
   std::memcpy(l.part_offsets, sl.part_offsets, sizeof(l.part_offsets));
   e.hits.fetch_add(1, std::memory_order_relaxed);
   sh.shm_hits.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t at = sh.hit_head.fetch_add(1, std::memory_order_relaxed);
+  session_hit_log(session)[at % kHitLog].store(PackKey(layer, expert) + 1, std::memory_order_release);
   return l;
 }
 
@@ -254,6 +283,9 @@ void ExpertTable::ReclaimSession(uint32_t session) {
   auto* cnt = session_counts(session);
   for (uint32_t i = 0; i < hdr_->num_slabs; ++i) cnt[i].store(0, std::memory_order_seq_cst);
   ShmSessionHeader& sh = this->session(session);
+  std::atomic<uint32_t>* log = session_hit_log(session);
+  for (uint32_t i = 0; i < kHitLog; ++i) log[i].store(0, std::memory_order_relaxed);
+  sh.hit_head.store(0, std::memory_order_release);
   sh.token.store(0);
   sh.pid = 0;
   sh.state.store(kSessionFree, std::memory_order_release);

@@ -4,7 +4,8 @@
 // release without an RPC).
 //
 // Costs: a worker lease is two loads, one seq_cst fetch_add, one seq_cst
-// load and one relaxed hit-counter add (~50-100 ns uncontended); release is
+// load, one relaxed hit-counter add and one hit-log append (~50-100 ns
+// uncontended); release is
 // one fetch_sub. Eviction scans max_sessions lease counts for one slab.
 //
 // Thread safety: TryLease/Release are lock-free and safe from any thread of
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,6 +88,11 @@ class ExpertTable {
   uint8_t* slab_data(uint32_t i) const { return arena_ + slabs_[i].arena_offset; }
   ShmSessionHeader& session(uint32_t s) const;
   std::atomic<uint32_t>* session_counts(uint32_t s) const;
+  std::atomic<uint32_t>* session_hit_log(uint32_t s) const;
+  // Hands fn(layer, expert) every hit the session logged since *tail, in
+  // order (stops at an entry claimed but not yet written), advancing *tail;
+  // returns how many the writer lapped before they were read (lost).
+  uint64_t DrainHitLog(uint32_t session, uint64_t* tail, const std::function<void(int, int)>& fn) const;
   // Total leases on a slab over all sessions.
   uint64_t LeaseCount(uint32_t slab) const;
   // FREE slab -> FILLING for key (table entry points at it).

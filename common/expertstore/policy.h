@@ -35,10 +35,11 @@
 // model instead of boosted trees. On recorded tiny-model traces it closes
 // 10-18 more points of the LRU->Belady gap than the heat score at 31-50%
 // budgets and ties it on the synthetic GLM-5-shaped trace in replay
-// (docs/BENCHMARKS.md ## expertd). Not the default: inside expertd it sees
-// workers' shm hits only as harvested counts, trains on too few clean
-// samples and lost to the heat score end to end (10% budget: 23.8% vs 30.5%
-// hits); it needs the workers' access stream first.
+// (docs/BENCHMARKS.md ## expertd). Not the default: it lost to the heat
+// score end to end (2 x 64 GLM-5-shaped slice, 10% budget: 23.8% vs 30.9%
+// hits), also after expertd began to see workers' shm hits in order (the
+// per-session hit log); why it does worse there than in replay of the same
+// routing is not understood yet.
 //
 // Heat (decayed counts; the learned weights too) persists in a file tagged
 // with the model identity; loading a file of another model is refused with

@@ -31,7 +31,7 @@
 namespace moe::expertstore {
 
 inline constexpr uint64_t kShmMagic = 0x31544d5345454f4dull;  // "MOEESMT1"
-inline constexpr uint32_t kShmVersion = 1;
+inline constexpr uint32_t kShmVersion = 2;  // 2: per-session hit log
 inline constexpr int kMaxSizeClasses = 8;
 inline constexpr uint32_t kNoKey = 0xffffffffu;
 inline constexpr size_t kSlabAlign = 4096;
@@ -111,17 +111,30 @@ static_assert(offsetof(ShmSlab, part_offsets) == 56);
 
 enum SessionState : uint32_t { kSessionFree = 0, kSessionAttached = 1 };
 
+// Entries in a session's hit log: the placement policy learns from the order
+// of accesses, and hits taken in shared memory never reach expertd as RPCs.
+// At GLM-5 speeds (600 accesses per token, a few tokens/s) 1,024 entries are
+// ~0.5 s of hits; expertd drains the logs every ~20 ms.
+inline constexpr uint32_t kHitLog = 1024;
+
 // Header of one session row; followed by num_slabs std::atomic<uint32_t>
-// lease counts (this session's leases per slab).
+// lease counts (this session's leases per slab), then (64-byte aligned)
+// kHitLog std::atomic<uint32_t> hit-log entries: PackKey + 1 of each lease
+// taken in shared memory, in order (0 = not written yet). The worker claims
+// entry hit_head++ % kHitLog and stores the key (release); expertd reads
+// from its own tail up to hit_head, stops at an entry not written yet,
+// zeroes what it read, and skips what the writer lapped (counted as lost).
 struct alignas(64) ShmSessionHeader {
   std::atomic<uint32_t> state;
   uint32_t pid;
   std::atomic<uint64_t> token;       // random; proves ownership in RPCs
   std::atomic<uint64_t> shm_hits;    // leases taken without RPC
   std::atomic<uint64_t> shm_misses;  // lookups that had to go to RPC
-  uint8_t reserved[32];
+  std::atomic<uint64_t> hit_head;    // hit-log entries ever claimed by this session
+  uint8_t reserved[24];
 };
 static_assert(sizeof(ShmSessionHeader) == 64);
 static_assert(offsetof(ShmSessionHeader, token) == 8);
+static_assert(offsetof(ShmSessionHeader, hit_head) == 32);
 
 }  // namespace moe::expertstore

@@ -128,6 +128,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr
     pc.accesses_per_token = double(std::max<uint32_t>(moe_layers, 1)) * config.top_k;
   }
   st->policy_ = HeatPolicy(g.num_layers, g.num_experts, pc);
+  st->hit_tail_.assign(g.max_sessions, 0);
   st->gate_ = PrefetchGate(config.prefetch_gate);
   if (!config.heat_file.empty() && ::access(config.heat_file.c_str(), F_OK) == 0) {
     if (auto r = st->policy_.Load(config.heat_file, g.model_id); !r.ok()) {
@@ -200,7 +201,9 @@ void ExpertStore::CloseSession(uint32_t index) {
   std::lock_guard<std::mutex> l(mu_);
   if (index >= table_.max_sessions() || table_.session(index).state.load() == kSessionFree) return;
   stats_.shm_hits += table_.session(index).shm_hits.load();
+  DrainHitLogLocked(index);
   table_.ReclaimSession(index);
+  hit_tail_[index] = 0;
   stats_.sessions--;
   cv_.notify_all();
 }
@@ -598,14 +601,21 @@ void ExpertStore::HarvestLocked() {
   last_harvest_ = now;
   for (uint32_t l = 0; l < table_.num_layers(); ++l) {
     for (uint32_t e = 0; e < table_.num_experts(); ++e) {
-      uint32_t n = table_.entry(int(l), int(e)).hits.exchange(0, std::memory_order_relaxed);
-      if (n) {
-        policy_.Touch(policy_.index(int(l), int(e)), n);
-        NoteShmUseLocked(int(l), int(e));
-        ObserveRandomResidentLocked();
-      }
+      if (table_.entry(int(l), int(e)).hits.exchange(0, std::memory_order_relaxed)) NoteShmUseLocked(int(l), int(e));
     }
   }
+  // The policy gets every session's shm hits one by one, in the order they
+  // were taken (its recency and layer-phase signals need the order).
+  for (uint32_t s = 0; s < table_.max_sessions(); ++s) {
+    if (table_.session(s).state.load() == kSessionAttached) DrainHitLogLocked(s);
+  }
+}
+
+void ExpertStore::DrainHitLogLocked(uint32_t session) {
+  stats_.hit_log_lost += table_.DrainHitLog(session, &hit_tail_[session], [&](int layer, int expert) {
+    policy_.Touch(policy_.index(layer, expert));
+    ObserveRandomResidentLocked();
+  });
 }
 
 void ExpertStore::ObserveRandomResidentLocked() {

@@ -76,6 +76,7 @@ struct StoreStats {
   bool prefetch_gate_open = true;   // the gate's decision now
   double prefetch_precision = 0;    // the gate's decayed look-ahead precision p
   double demand_busy = 0;           // the gate's decayed share of time fetches waited, u
+  uint64_t hit_log_lost = 0;        // shm hits the policy never saw (a session's hit log lapped)
   // Placement policy (policy.h): the order in use, and the learned model.
   std::string policy;                    // "learned" or "heat"
   std::vector<double> policy_weights;    // learned order: the logistic model's weights
@@ -183,6 +184,8 @@ class ExpertStore {
   int64_t AllocateLocked(uint32_t cls, uint32_t key, bool speculative);
   // Hands the policy one random resident key to learn from (see HeatPolicy).
   void ObserveRandomResidentLocked();
+  // Feeds the policy a session's shm hits in order (its hit log, shm_layout.h).
+  void DrainHitLogLocked(uint32_t session);
   void StartReads(std::vector<StartRead> reads);
   void OnReadDone(uint32_t slab, const RecordLocation& loc, std::shared_ptr<FillState> fill, absl::Status s,
                   TierId tier, std::chrono::steady_clock::time_point t0);
@@ -208,6 +211,7 @@ class ExpertStore {
   uint32_t fetches_waiting_ = 0;  // Fetch calls now waiting for a read or a slab
   uint64_t next_fill_tag_ = 0;    // ReadOp::tag of fills (for IoEngine::Promote)
   uint64_t observe_rng_ = 0x9e3779b97f4a7c15ull;
+  std::vector<uint64_t> hit_tail_;  // per session: hit-log entries read
   std::chrono::steady_clock::time_point last_harvest_{};
 };
 

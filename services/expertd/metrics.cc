@@ -62,6 +62,8 @@ class StoreCollectable final : public prometheus::Collectable {
         s.prefetch_precision);
     add("moe_expertd_policy_horizon_tokens", "learned eviction order: mean age of evicted experts (tokens)",
         T::Gauge, s.policy_horizon_tokens);
+    add("moe_expertd_hit_log_lost_total", "shm hits the placement policy never saw (a worker's hit log lapped)",
+        T::Counter, double(s.hit_log_lost));
     add("moe_expertd_demand_busy", "decayed share of time fetches waited for reads (gate's u)", T::Gauge,
         s.demand_busy);
     add("moe_expertd_arena_bytes", "shared-memory arena size", T::Gauge, double(s.arena_bytes));

@@ -66,6 +66,47 @@ TEST(ExpertTable, LeaseHitMissAndDescriptor) {
   EXPECT_EQ(f.t.session(0).shm_hits.load(), 1u);
 }
 
+// Shm hits reach expertd's policy one by one, in order, per session; a
+// lapped log reports what was lost and keeps the newest kHitLog entries.
+TEST(ExpertTable, HitLogKeepsTheOrderOfSharedMemoryHits) {
+  Fixture f(4);
+  f.Fill(0, 1, 2);
+  f.Fill(1, 3, 15);
+  const std::vector<std::pair<int, int>> want = {{1, 2}, {3, 15}, {3, 15}, {1, 2}};
+  for (auto [l, e] : want) {
+    auto lease = f.t.TryLease(1, l, e);
+    ASSERT_TRUE(lease.has_value());
+    f.t.Release(1, lease->slab);
+  }
+  EXPECT_FALSE(f.t.TryLease(1, 0, 0).has_value());  // a miss is not logged
+  std::vector<std::pair<int, int>> got;
+  uint64_t tail = 0;
+  EXPECT_EQ(f.t.DrainHitLog(1, &tail, [&](int l, int e) { got.emplace_back(l, e); }), 0u);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(tail, 4u);
+  got.clear();
+  uint64_t tail0 = 0;
+  EXPECT_EQ(f.t.DrainHitLog(0, &tail0, [&](int l, int e) { got.emplace_back(l, e); }), 0u);
+  EXPECT_TRUE(got.empty());  // another session's log is its own
+  // Lapping: kHitLog + 5 more hits before a drain lose the oldest 5.
+  for (uint32_t i = 0; i < kHitLog + 5; ++i) {
+    auto lease = f.t.TryLease(1, i % 2 ? 3 : 1, i % 2 ? 15 : 2);
+    ASSERT_TRUE(lease.has_value());
+    f.t.Release(1, lease->slab);
+  }
+  tail = 4;
+  size_t n = 0;
+  EXPECT_EQ(f.t.DrainHitLog(1, &tail, [&](int, int) { ++n; }), 5u);
+  EXPECT_EQ(n, size_t(kHitLog));
+  // Reclaiming the session resets its log; a drain from an old tail restarts at 0.
+  f.t.ReclaimSession(1);
+  f.t.session(1).state.store(kSessionAttached);
+  ASSERT_TRUE(f.t.TryLease(1, 1, 2).has_value());
+  got.clear();
+  EXPECT_EQ(f.t.DrainHitLog(1, &tail, [&](int l, int e) { got.emplace_back(l, e); }), 0u);
+  EXPECT_EQ(got, (std::vector<std::pair<int, int>>{{1, 2}}));
+}
+
 TEST(ExpertTable, LeasedSlabIsNeverEvicted) {
   Fixture f(4);
   f.Fill(0, 0, 0);
