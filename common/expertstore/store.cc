@@ -623,10 +623,16 @@ void ExpertStore::ObserveRandomResidentLocked() {
   observe_rng_ ^= observe_rng_ << 13;
   observe_rng_ ^= observe_rng_ >> 7;
   observe_rng_ ^= observe_rng_ << 17;
-  const uint32_t s = static_cast<uint32_t>(observe_rng_ % table_.num_slabs());
-  if (CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed)) != kSlabReady) return;
-  const uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
-  policy_.Observe(policy_.index(KeyLayer(k), KeyExpert(k)));
+  // The first READY slab from a random start: with a budget below the arena
+  // most slabs are disabled, and a sample must be a resident key.
+  const uint32_t n = table_.num_slabs(), start = static_cast<uint32_t>(observe_rng_ % n);
+  for (uint32_t i = 0; i < n && i < 256; ++i) {
+    const uint32_t s = (start + i) % n;
+    if (CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed)) != kSlabReady) continue;
+    const uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
+    policy_.Observe(policy_.index(KeyLayer(k), KeyExpert(k)));
+    return;
+  }
 }
 
 void ExpertStore::Maintain() {
