@@ -72,15 +72,35 @@ def one_request(host, port, i, j, max_tokens, deadline):
     return 200, ttft, itl, toks, ok, "" if ok else f"got {text!r} want {expect!r} done={done}"
 
 
-def run_clients(clients, client, deadline):
-    """Runs client(i) for i < clients on threads until done or the deadline; returns the wall seconds."""
+def run_clients(clients, requests, request, deadline):
+    """Client i < clients sends request(i, j) for j < requests, one thread per client, until done or the deadline.
+
+    request returns (result, payload); result is (status, ttft, [itl], tokens, ok, detail). Returns the
+    results, the payloads of the ok results by (i, j), and the wall seconds."""
+    results, payloads, lock = [], {}, threading.Lock()
+
+    def client(i):
+        for j in range(requests):
+            if time.time() > deadline:
+                with lock:
+                    results.append((0, None, [], 0, False, "deadline"))
+                return
+            try:
+                res, payload = request(i, j)
+            except Exception as e:  # noqa: BLE001 -- report, do not hide
+                res, payload = (0, None, [], 0, False, f"exception {e!r}"), None
+            with lock:
+                results.append(res)
+                if res[4]:
+                    payloads[(i, j)] = payload
+
     t0 = time.time()
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(max(0.0, deadline - time.time()) + 5)
-    return time.time() - t0
+    return results, payloads, time.time() - t0
 
 
 def summarize(results, wall):
@@ -101,22 +121,8 @@ def summarize(results, wall):
 
 def run(host, port, clients, requests, max_tokens, deadline_s):
     deadline = time.time() + deadline_s
-    results, lock = [], threading.Lock()
-
-    def client(i):
-        for j in range(requests):
-            if time.time() > deadline:
-                with lock:
-                    results.append((0, None, [], 0, False, "deadline"))
-                return
-            try:
-                res = one_request(host, port, i, j, max_tokens, deadline)
-            except Exception as e:  # noqa: BLE001 -- report, do not hide
-                res = (0, None, [], 0, False, f"exception {e!r}")
-            with lock:
-                results.append(res)
-
-    wall = run_clients(clients, client, deadline)
+    results, _, wall = run_clients(
+        clients, requests, lambda i, j: (one_request(host, port, i, j, max_tokens, deadline), None), deadline)
     stats = summarize(results, wall)
     return {"clients": clients, "requests": clients * requests, **stats,
             "requests_per_s": round(stats["answered_ok"] / wall, 2)}
@@ -183,26 +189,14 @@ def stream_request(host, port, path, body, field, deadline):
 def engine_run(host, port, clients, requests, max_tokens, deadline_s):
     """One load run; returns (stats, {(i, j): text})."""
     deadline = time.time() + deadline_s
-    results, texts, lock = [], {}, threading.Lock()
 
-    def client(i):
-        for j in range(requests):
-            if time.time() > deadline:
-                with lock:
-                    results.append((0, None, [], 0, False, "deadline"))
-                return
-            path, body, field = engine_request(i, j, max_tokens)
-            try:
-                st, ttft, itl, toks, text, done = stream_request(host, port, path, body, field, deadline)
-                res = (st, ttft, itl, toks, st == 200 and done, "" if st == 200 and done else text)
-            except Exception as e:  # noqa: BLE001 -- report, do not hide
-                res, text = (0, None, [], 0, False, f"exception {e!r}"), None
-            with lock:
-                results.append(res)
-                if res[4]:
-                    texts[(i, j)] = text
+    def request(i, j):
+        path, body, field = engine_request(i, j, max_tokens)
+        st, ttft, itl, toks, text, done = stream_request(host, port, path, body, field, deadline)
+        ok = st == 200 and done
+        return (st, ttft, itl, toks, ok, "" if ok else text), text
 
-    wall = run_clients(clients, client, deadline)
+    results, texts, wall = run_clients(clients, requests, request, deadline)
     return summarize(results, wall), texts
 
 
