@@ -26,10 +26,6 @@ namespace {
 using testing::TinySpec;
 using testing::WriteTinyCheckpoint;
 
-std::string Dir(const std::string& name) {
-  return std::string(MOE_BINARY_DIR) + "/tests/model/batch_" + name;
-}
-
 const std::vector<std::vector<int32_t>> kPrompts = {
     {5, 17, 3, 88, 42, 42, 7, 61, 19, 2, 33},
     {71, 9},
@@ -114,16 +110,7 @@ std::vector<GenRun> Batched(const Model& m, const std::vector<int>& arrive, int6
   return out;
 }
 
-class BatchForward : public ::testing::TestWithParam<bool> {  // param: glm (else deepseek_v3)
- protected:
-  void SetUp() override {
-    spec_.glm = GetParam();
-    dir_ = Dir(spec_.glm ? "glm" : "dsv3");
-    WriteTinyCheckpoint(dir_, spec_);
-  }
-  TinySpec spec_;
-  std::string dir_;
-};
+using BatchForward = testing::TinyArchTest;
 
 TEST_P(BatchForward, EverySequenceMatchesItselfAloneBitForBit) {
   struct Case {

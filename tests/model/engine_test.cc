@@ -21,11 +21,6 @@ namespace {
 using testing::TinySpec;
 using testing::WriteTinyCheckpoint;
 
-std::string Dir(const std::string& name) {
-  return std::string(MOE_BINARY_DIR) + "/tests/model/tiny_" + name + "_" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name();
-}
-
 std::unique_ptr<Engine> OpenOrDie(const std::string& dir, EngineConfig ec = {}) {
   auto e = Engine::Open(dir, ec);
   EXPECT_TRUE(e.ok()) << e.status();
@@ -41,16 +36,7 @@ int64_t LoadExpertFromSource(Engine& e, int layer, int expert) {
   return lease.ok() ? lease->weights().Bytes() : -1;
 }
 
-class EngineTest : public ::testing::TestWithParam<bool> {  // param: glm (else deepseek_v3)
- protected:
-  void SetUp() override {
-    spec_.glm = GetParam();
-    dir_ = Dir(spec_.glm ? "glm" : "dsv3");
-    WriteTinyCheckpoint(dir_, spec_);
-  }
-  TinySpec spec_;
-  std::string dir_;
-};
+using EngineTest = testing::TinyArchTest;
 
 // Scoring all rows at once equals feeding one token at a time, bit for bit.
 TEST_P(EngineTest, BatchedEqualsSingleStep) {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common/model/bf16.h"
@@ -168,5 +170,21 @@ inline void WriteTinyCheckpoint(const std::string& dir, const TinySpec& s) {
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
 }
+
+// Tests over both architectures (param true: GLM-5 MoE-DSA, false:
+// DeepSeek-V3): SetUp writes a tiny checkpoint of that architecture into a
+// directory of the test's own (ctest runs tests as parallel processes).
+class TinyArchTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    spec_.glm = GetParam();
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::string(MOE_BINARY_DIR) + "/tests/model/tiny_" + (spec_.glm ? "glm" : "dsv3") + "_" +
+           info->test_suite_name() + "_" + info->name();
+    WriteTinyCheckpoint(dir_, spec_);
+  }
+  TinySpec spec_;
+  std::string dir_;
+};
 
 }  // namespace moe::testing
