@@ -212,4 +212,21 @@ absl::StatusOr<std::vector<ScoreRow>> Engine::Score(std::span<const int32_t> ids
   return rows;
 }
 
+absl::StatusOr<MtpDrafts> Engine::TeacherForcedMtpDrafts(std::span<const int32_t> ids) const {
+  if (!model_->has_mtp()) return absl::FailedPreconditionError("the model has no MTP layer");
+  if (ids.size() < 2) return absl::InvalidArgumentError("MTP drafts need at least 2 ids");
+  const ModelConfig& c = config();
+  KvCache cache = NewCache();
+  KvCache mtp = KvCache::ForModel(c, KvDtype::kF32, /*mtp=*/true);
+  MOE_ASSIGN_OR_RETURN(ForwardResult f, model_->Forward(ids, cache, /*all_rows=*/true));
+  const size_t n = ids.size() - 1;
+  MOE_ASSIGN_OR_RETURN(MtpResult m, model_->MtpForward(std::span<const float>(f.hidden).first(n * c.hidden_size),
+                                                        ids.subspan(1), mtp));
+  MtpDrafts out;
+  for (size_t j = 0; j < n; ++j) out.draft.push_back(Argmax(m.logits.data() + j * c.vocab_size, c.vocab_size));
+  for (size_t j = 0; j < ids.size(); ++j)
+    out.main_argmax.push_back(Argmax(f.logits.data() + j * c.vocab_size, c.vocab_size));
+  return out;
+}
+
 }  // namespace moe

@@ -70,6 +70,14 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// Teacher-forced MTP drafts (vLLM convention: slot j takes the final-normed
+// hidden state h_j and ids[j+1] and predicts ids[j+2]) next to the main
+// model's own greedy choice at every position (what a draft is accepted by).
+struct MtpDrafts {
+  std::vector<int32_t> draft;        // ids.size() - 1 slots
+  std::vector<int32_t> main_argmax;  // ids.size() positions
+};
+
 struct ScoreRow {
   int32_t argmax = 0;
   double argmax_logprob = 0;
@@ -98,6 +106,8 @@ class Engine {
                                           const SamplingParams& sp, KvCache& cache) const;
   // Teacher-forced scoring of ids in one batch (fresh cache).
   absl::StatusOr<std::vector<ScoreRow>> Score(std::span<const int32_t> ids) const;
+  // MTP drafts over ids in one batch (fresh caches); needs an MTP layer and >= 2 ids.
+  absl::StatusOr<MtpDrafts> TeacherForcedMtpDrafts(std::span<const int32_t> ids) const;
 
  private:
   EngineConfig cfg_;

@@ -346,6 +346,29 @@ TEST_P(EngineTest, MemoryPlanMatchesLoadedBytes) {
   EXPECT_LT(ct.resident_bytes, hf.resident_bytes);
 }
 
+// Teacher-forced drafts in one call: one per slot, the main model's argmax
+// per position (= Score's argmax); bad input named.
+TEST_P(EngineTest, TeacherForcedMtpDraftsAndBadInput) {
+  auto eng = OpenOrDie(dir_);
+  ASSERT_TRUE(eng);
+  auto d = eng->TeacherForcedMtpDrafts(kIds);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->draft.size(), kIds.size() - 1);
+  EXPECT_EQ(d->main_argmax.size(), kIds.size());
+  auto rows = eng->Score(kIds);
+  ASSERT_TRUE(rows.ok());
+  for (size_t i = 0; i < kIds.size(); ++i) EXPECT_EQ(d->main_argmax[i], (*rows)[i].argmax) << i;
+  const std::vector<int32_t> one = {kIds[0]};
+  EXPECT_EQ(eng->TeacherForcedMtpDrafts(one).status().code(), absl::StatusCode::kInvalidArgument);
+  EngineConfig no_mtp;
+  no_mtp.load_mtp = false;
+  auto plain = OpenOrDie(dir_, no_mtp);
+  ASSERT_TRUE(plain);
+  auto s = plain->TeacherForcedMtpDrafts(kIds);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(s.status().message()).find("no MTP layer"), std::string::npos);
+}
+
 // The MTP layer produces drafts: deterministic, in the vocabulary, and its
 // cache advances like the main model's.
 TEST_P(EngineTest, MtpDrafts) {

@@ -133,7 +133,7 @@ TEST_P(MtpOracleTest, DraftsMatchReference) {
     const auto ids = Ids(pr["mtp_teacher_forced"]["ids"]);
     const auto want = Ids(pr["mtp_teacher_forced"]["draft_argmax"]);
     const auto margin = pr["mtp_teacher_forced"]["margin"].get<std::vector<double>>();
-    auto drafts = testing::TeacherForcedMtpDrafts(**eng, ids);
+    auto drafts = (*eng)->TeacherForcedMtpDrafts(ids);
     ASSERT_TRUE(drafts.ok()) << drafts.status();
     const size_t n = ids.size() - 1;
     ASSERT_EQ(want.size(), n);

@@ -121,7 +121,7 @@ TEST_F(TrainedModelTest, MtpDraftsMatchReference) {
   for (const auto& pr : g["prompts"]) {
     const auto ids = Ids(pr["mtp_teacher_forced"]["ids"]);
     const auto want = Ids(pr["mtp_teacher_forced"]["draft_argmax"]);
-    auto d = testing::TeacherForcedMtpDrafts(*engine_, ids);
+    auto d = engine_->TeacherForcedMtpDrafts(ids);
     ASSERT_TRUE(d.ok()) << d.status();
     ASSERT_EQ(want.size(), d->draft.size());
     for (size_t j = 0; j < want.size(); ++j) {

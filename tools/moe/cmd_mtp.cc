@@ -40,21 +40,12 @@ struct Counts {
 // Drafts for slots [first, ids.size()-2) of `ids`; `first` lets generation mode count only the
 // slots that draft generated tokens.
 absl::Status Measure(const Engine& eng, const std::vector<int32_t>& ids, size_t first, Counts* c) {
-  const ModelConfig& cfg = eng.config();
   if (ids.size() < 3) return absl::OkStatus();
-  KvCache cache = eng.NewCache();
-  KvCache mtp_cache = KvCache::ForModel(cfg, KvDtype::kF32, /*mtp=*/true);
-  MOE_ASSIGN_OR_RETURN(ForwardResult f, eng.model().Forward(ids, cache, /*all_rows=*/true));
-  const size_t n = ids.size() - 1;
-  MOE_ASSIGN_OR_RETURN(
-      MtpResult m, eng.model().MtpForward(std::span<const float>(f.hidden).first(n * cfg.hidden_size),
-                                          std::span<const int32_t>(ids).subspan(1), mtp_cache));
+  MOE_ASSIGN_OR_RETURN(MtpDrafts d, eng.TeacherForcedMtpDrafts(ids));
   for (size_t j = first; j + 2 < ids.size(); ++j) {
-    const int32_t d = Argmax(m.logits.data() + j * cfg.vocab_size, cfg.vocab_size);
-    const int32_t main_next = Argmax(f.logits.data() + (j + 1) * cfg.vocab_size, cfg.vocab_size);
     ++c->slots;
-    c->accepted += d == main_next;
-    c->exact += d == ids[j + 2];
+    c->accepted += d.draft[j] == d.main_argmax[j + 1];
+    c->exact += d.draft[j] == ids[j + 2];
   }
   ++c->windows;
   return absl::OkStatus();
