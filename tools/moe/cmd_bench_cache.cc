@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/flags.h"
 #include "common/expertstore/cache_sim.h"
 #include "nlohmann/json.hpp"
@@ -53,6 +54,14 @@ int RunBenchCache(int argc, char** argv) {
     return Fail("bench cache", absl::InvalidArgumentError("give exactly one of --trace FILE or --synthetic"));
   if (budget == 0 || expert_bytes == 0)
     return Fail("bench cache", absl::InvalidArgumentError("--budget and --expert-bytes must be > 0"));
+  if (synthetic && (layers < 1 || experts < 1 || experts > 65536 || tokens < 1))
+    return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat(
+                                   "--layers, --tokens must be >= 1 and --experts in [1, 65536] (got ", layers,
+                                   ", ", tokens, ", ", experts, ")")));
+  if (synthetic && !(keep >= 0 && keep <= 1 && zipf >= 0))
+    return Fail("bench cache", absl::InvalidArgumentError("--keep must be in [0, 1] and --zipf >= 0"));
+  if (harvest_every < 0 || !(learn_rate >= 0))
+    return Fail("bench cache", absl::InvalidArgumentError("--harvest-every and --learn-rate must be >= 0"));
   RoutingTrace t;
   SyntheticTraceConfig c;
   if (synthetic) {
@@ -79,7 +88,6 @@ int RunBenchCache(int argc, char** argv) {
   PolicyConfig pc{0, slow, fast, alpha, window, !fixed_alpha};
   pc.learn_rate = learn_rate;
   pc.learned = false;
-  if (harvest_every < 0) return Fail("bench cache", absl::InvalidArgumentError("--harvest-every must be >= 0"));
   const uint64_t harvest = static_cast<uint64_t>(harvest_every);
   auto ours = SimulateHeat(t, slots, pc, cands, harvest);  // expertd's default order: the heat score
   pc.learned = true;
