@@ -619,6 +619,7 @@ void ExpertStore::DrainHitLogLocked(uint32_t session) {
 }
 
 void ExpertStore::ObserveRandomResidentLocked() {
+  if (!policy_.learned()) return;  // only the learned order trains on samples
   // xorshift64: a per-store stream, no shared generator.
   observe_rng_ ^= observe_rng_ << 13;
   observe_rng_ ^= observe_rng_ >> 7;
