@@ -114,6 +114,27 @@ RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c) {
   return t;
 }
 
+void AddLookahead(RoutingTrace& t, double accuracy, uint64_t seed) {
+  const size_t K = t.top_k, rows = K ? t.keys.size() / K : 0;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  t.ahead.assign(rows, {});
+  for (size_t r = 0; r + 1 < rows; ++r) {
+    const uint32_t layer = t.keys[r * K] / t.num_experts, next = t.keys[(r + 1) * K] / t.num_experts;
+    if (next != layer + 1) continue;  // the next row belongs to the next token
+    const uint32_t* truth = &t.keys[(r + 1) * K];
+    auto& pred = t.ahead[r];
+    for (size_t j = 0; j < K; ++j) {
+      uint32_t k = truth[j];
+      if (u(rng) >= accuracy && t.num_experts > K) {
+        do k = next * t.num_experts + uint32_t(rng() % t.num_experts);
+        while (std::find(truth, truth + K, k) != truth + K);
+      }
+      if (std::find(pred.begin(), pred.end(), k) == pred.end()) pred.push_back(k);
+    }
+  }
+}
+
 absl::Status SaveTrace(const RoutingTrace& t, const std::string& path) {
   std::ofstream out(path);
   if (!out) return absl::InternalError(absl::StrCat("trace ", path, ": cannot create"));
@@ -199,7 +220,10 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
     p.Touch(k, count);
     if (res.size()) p.Observe(res.at(rng() % res.size()));  // a resident key to learn from
   };
+  const size_t K = std::max<uint32_t>(1, t.top_k);
   for (uint32_t k : t.keys) {
+    if (r.accesses % K == 0 && r.accesses / K < t.ahead.size())
+      for (uint32_t q : t.ahead[r.accesses / K]) p.Expect(q);
     ++r.accesses;
     if (harvest_every && r.accesses % harvest_every == 0) {
       for (uint32_t q = 0; q < unseen_hits.size(); ++q)
@@ -227,7 +251,7 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
   return r;
 }
 
-SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots) {
+SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass) {
   SimResult r;
   const size_t n = t.keys.size();
   constexpr uint64_t kNever = ~0ull;
@@ -255,7 +279,7 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots) {
     if (by_next.size() >= slots) {
       auto victim = std::prev(by_next.end());
       // Bypass: if the incoming key is used later than every resident one, don't admit it.
-      if (victim->first <= next[i]) continue;
+      if (bypass && victim->first <= next[i]) continue;
       cur_next.erase(victim->second);
       by_next.erase(victim);
     }

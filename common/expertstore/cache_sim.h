@@ -30,6 +30,10 @@ struct RoutingTrace {
   uint32_t num_tokens = 0;
   // Flattened accesses in order: key = layer * num_experts + expert.
   std::vector<uint32_t> keys;
+  // Optional router look-ahead, per row of top_k accesses (one token x
+  // layer): the keys the worker predicts for the next row's layer, sent just
+  // before this row's accesses (empty: none, e.g. a token's last layer).
+  std::vector<std::vector<uint32_t>> ahead;
 };
 
 struct SyntheticTraceConfig {
@@ -46,6 +50,11 @@ struct SyntheticTraceConfig {
 };
 
 RoutingTrace MakeSyntheticTrace(const SyntheticTraceConfig& c);
+// Fills t.ahead with simulated router look-ahead: for each row followed by
+// the next layer of the same token, that row's experts, each one kept with
+// probability `accuracy` and otherwise replaced by a wrong expert of that
+// layer (colibri measured ~72% right for GLM-5's look-ahead).
+void AddLookahead(RoutingTrace& t, double accuracy, uint64_t seed);
 absl::Status SaveTrace(const RoutingTrace& t, const std::string& path);
 absl::StatusOr<RoutingTrace> LoadTrace(const std::string& path);
 
@@ -66,9 +75,11 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
 // harvest_every > 0 delivers hits to the policy the way expertd sees workers'
 // shared-memory leases: counted per key and handed over every that many
 // accesses, in key order (misses reach it at once, as FetchExperts does).
+// t.ahead, when present, reaches the policy as look-ahead hints
+// (HeatPolicy::Expect) before each row, as expertd gets them.
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64,
                        uint64_t harvest_every = 0);
-SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots);
+SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass = true);
 // The best fixed placement in hindsight: the `slots` keys the whole trace
 // uses most, each kept from its first use (a compulsory miss, as for the
 // others), nothing else ever admitted. A

@@ -38,6 +38,7 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
       fast_(slow_.size(), 0.0),
       last_(slow_.size(), 0),
       pinned_(slow_.size(), 0),
+      expected_(slow_.size(), 0),
       quick_(slow_.size(), 0.0),
       long_(slow_.size(), 0.0),
       filled_(slow_.size(), 0),
@@ -49,7 +50,7 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
   window_ = cfg_.window_tokens > 0 ? apt * cfg_.window_tokens : 0;
   alpha_ = cfg_.alpha;
   quick_hl_ = apt * 4;
-  long_hl_ = apt * 512;
+  long_hl_ = apt * (cfg_.long_tokens > 0 ? cfg_.long_tokens : 512);
   period_all_ = apt;
   period_.assign(num_layers, apt);
 }
@@ -153,16 +154,33 @@ void HeatPolicy::Evicted(uint32_t key) {
 }
 
 double HeatPolicy::Score(uint32_t key) const {
+  const double bonus = Expected(key) ? kExpectedBonus : 0.0;
   if (cfg_.learned) {
     double x[kFeatures];
     Features(key, false, x);
-    return Logit(x);
+    return Logit(x) + bonus;
   }
-  return HeatScore(key);
+  return HeatScore(key) + bonus;
+}
+
+double HeatPolicy::Freq(uint32_t key, double add) const {
+  const double dt = double(now_ - last_[key]);
+  const double cs = slow_[key] * std::exp2(-dt / slow_hl_) + add;
+  if (cfg_.change_z <= 0) return cs;
+  const double cl = long_[key] * std::exp2(-dt / long_hl_) + add;
+  constexpr double kLn2 = 0.6931471805599453;
+  const double t = double(now_) + 1;
+  const double ws = slow_hl_ / kLn2 * (1 - std::exp2(-t / slow_hl_));
+  const double wl = long_hl_ / kLn2 * (1 - std::exp2(-t / long_hl_));
+  const double expect = cl / wl * ws;  // slow count the long rate predicts
+  const double full = slow_hl_ / kLn2;
+  if (std::abs(cs - expect) <= cfg_.change_z * std::sqrt(expect + 0.25) + 0.5) return cl / wl * full;
+  return cs / ws * full;
 }
 
 double HeatPolicy::HeatScore(uint32_t key) const {
   double dt = double(now_ - last_[key]);
+  if (cfg_.change_z > 0) return Freq(key, 0) + (last_[key] != 0 && dt <= window_ ? alpha_ : 0.0);
   if (window_ > 0) return slow_[key] * std::exp2(-dt / slow_hl_) + (last_[key] != 0 && dt <= window_ ? alpha_ : 0.0);
   return slow_[key] * std::exp2(-dt / slow_hl_) + cfg_.alpha * fast_[key] * std::exp2(-dt / fast_hl_);
 }
@@ -174,7 +192,7 @@ double HeatPolicy::ScoreIfTouched(uint32_t key) const {
     return Logit(x);
   }
   const double dt = double(now_ - last_[key]);
-  const double slow = slow_[key] * std::exp2(-dt / slow_hl_) + 1.0;
+  const double slow = cfg_.change_z > 0 ? Freq(key, 1.0) : slow_[key] * std::exp2(-dt / slow_hl_) + 1.0;
   if (window_ > 0) return slow + alpha_;
   return slow + cfg_.alpha * (fast_[key] * std::exp2(-dt / fast_hl_) + 1.0);
 }

@@ -85,6 +85,13 @@ struct PolicyConfig {
   // false (default) = the heat score (decayed count + recency bonus).
   bool learned = false;
   double learn_rate = 0.01;
+  // Heat score's frequency term, > 0: an adaptive window. The rate of the
+  // long count (half-life long_tokens: more uses, a steadier estimate) unless
+  // the slow count disagrees with it by more than change_z Poisson standard
+  // deviations (the expert's popularity changed), then the slow count's rate.
+  // 0: the slow count alone.
+  double change_z = 0;
+  double long_tokens = 512;
 };
 
 class HeatPolicy {
@@ -100,12 +107,30 @@ class HeatPolicy {
   // One access (or `count` accesses at once, e.g. harvested shm hits).
   void Touch(uint32_t key, double count = 1.0);
   // Eviction score now: higher = keep. Learned: the model's logit of "used
-  // within the horizon"; heat: decayed count + recency bonus (0 if never used).
+  // within the horizon"; heat: decayed count + recency bonus (0 if never used);
+  // + kExpectedBonus while Expected.
   double Score(uint32_t key) const;
+  static constexpr double kExpectedBonus = 1e12;
   // Score the key would have after one more access (for admission of hints).
   double ScoreIfTouched(uint32_t key) const;
   // Decayed access count (half-life slow_tokens): what the admin RPC shows.
   double Heat(uint32_t key) const;
+
+  // Router look-ahead: `key` is predicted for its layer's next visit. Until
+  // that visit is over (the key's layer began a visit after the hint and
+  // another layer has begun since) the key is evicted only after every
+  // unpredicted one: a fill for this layer must not evict what the next
+  // layer is about to ask for (on a layer cycle that is exactly what the
+  // frequency order tends to evict: the keys whose layer comes next were
+  // used longest ago). Admission (ScoreIfTouched) ignores it, so a prefetch
+  // still never evicts a hotter key.
+  void Expect(uint32_t key) { expected_[key] = now_ + 1; }
+  bool Expected(uint32_t key) const {
+    const uint64_t e = expected_[key];
+    if (e == 0) return false;
+    const uint32_t layer = key / num_experts_;
+    return !(visit_start_[layer] >= e && int(layer) != cur_layer_);
+  }
 
   // Cache events that train the learned order (harmless when !learned):
   // a random resident key to learn from, and fills/evictions (their ages
@@ -144,6 +169,7 @@ class HeatPolicy {
   std::vector<double> slow_, fast_;
   std::vector<uint64_t> last_;
   std::vector<uint8_t> pinned_;
+  std::vector<uint64_t> expected_;  // per key: 1 + clock at its last look-ahead hint, 0 = none
 
   // Learned order.
   struct Sample {
@@ -153,6 +179,7 @@ class HeatPolicy {
     double x[kFeatures];
   };
   double HeatScore(uint32_t key) const;
+  double Freq(uint32_t key, double add) const;  // frequency term, slow-count units
   void Features(uint32_t key, bool touched, double* x) const;
   double Logit(const double* x) const;
   void Learn(const double* x, double label);

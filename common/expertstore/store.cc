@@ -517,7 +517,14 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
     for (int id : ids) {
       auto loc = locator_->Locate(layer, id);
       if (!loc.ok()) continue;
-      if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) continue;  // resident or filling
+      const uint32_t pk = policy_.index(layer, id);
+      // A predicted key keeps its slab until its layer's visit is over (the
+      // current layer's fills would otherwise evict it: HeatPolicy::Expect).
+      if (lookahead) policy_.Expect(pk);
+      if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) {  // resident or filling
+        if (lookahead) stats_.lookahead_kept++;
+        continue;
+      }
       // The gate weighs the disk and the slab a fill takes from demand; a
       // fill into a free slab (arena still warming up) evicts nothing and its
       // reads use only spare disk capacity, so it is not gated.
@@ -526,7 +533,6 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
         continue;
       }
       if (lookahead && prefetch_inflight_ >= max_inflight) break;
-      uint32_t pk = policy_.index(layer, id);
       int64_t s = AllocateLocked(ClassOf(loc->length), pk, /*speculative=*/lookahead);
       if (s < 0) {
         stats_.prefetch_refused++;

@@ -73,6 +73,7 @@ struct StoreStats {
   uint64_t prefetch_refused = 0;    // admission said no (victims hotter)
   uint64_t prefetch_promoted = 0;   // look-ahead fills a fetch joined in flight (queued reads became demand)
   uint64_t prefetch_gated = 0;      // look-ahead misses not read: the prefetch gate was closed
+  uint64_t lookahead_kept = 0;      // look-ahead hints for resident experts (kept until their layer ran)
   bool prefetch_gate_open = true;   // the gate's decision now
   double prefetch_precision = 0;    // the gate's decayed look-ahead precision p
   double demand_busy = 0;           // the gate's decayed share of time fetches waited, u

@@ -449,8 +449,11 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   for (int e = 0; e < E; ++e) {
     if (users[e]) wanted.push_back({layer_id, e});
   }
+  // The look-ahead goes first: expertd keeps the predicted experts of the
+  // next layer that are resident from being evicted by this layer's fills
+  // (its speculative reads queue behind demand reads either way).
+  LookAhead(layer_id, x, S);
   experts_->Hint(wanted);
-  LookAhead(layer_id, x, S);  // after this layer's own reads are asked for
   // HF's default experts path (grouped_mm): each (row, slot) output is
   // R(down) * weight in f32; a row sums its K slots in f32 (slot order =
   // descending selection score), rounds once, then adds the shared expert.

@@ -116,6 +116,7 @@ void FillStats(ExpertStore& store, StatsReply* rep) {
   rep->set_read_gbps(s.read_gbps);
   rep->set_prefetch_promoted(s.prefetch_promoted);
   rep->set_prefetch_gated(s.prefetch_gated);
+  rep->set_lookahead_kept(s.lookahead_kept);
   rep->set_prefetch_gate_open(s.prefetch_gate_open);
   rep->set_prefetch_precision(s.prefetch_precision);
   rep->set_demand_busy(s.demand_busy);

@@ -91,16 +91,17 @@ void RemoteExpertSource::Queue(std::span<const ExpertKey> keys, bool lookahead) 
 
 void RemoteExpertSource::HintLoop() {
   for (;;) {
-    // (look-ahead, layer) -> ids; current-routing hints go first.
+    // (current, layer) -> ids; look-ahead hints go first, so that expertd
+    // keeps their resident experts through the current layer's fills.
     std::map<std::pair<bool, int>, std::vector<int>> by_layer;
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return stop_ || !hints_.empty(); });
       if (stop_) return;
-      for (const auto& [k, ahead] : hints_) by_layer[{ahead, k.layer}].push_back(k.expert);
+      for (const auto& [k, ahead] : hints_) by_layer[{!ahead, k.layer}].push_back(k.expert);
       hints_.clear();
     }
-    for (auto& [kind, ids] : by_layer) (void)client_->Hint(kind.second, ids, kind.first);  // best effort
+    for (auto& [kind, ids] : by_layer) (void)client_->Hint(kind.second, ids, !kind.first);  // best effort
   }
 }
 

@@ -38,7 +38,9 @@ class RemoteExpertSource final : public ExpertSource {
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override;
   // Hint: the engine's routing of the layer it is about to fetch (expertd
   // fills it like demand). HintAhead: router look-ahead predictions
-  // (expertd treats them as speculative: admission-gated, capped).
+  // (expertd treats them as speculative: admission-gated, capped, and keeps
+  // the resident ones through the current layer's fills). Look-ahead hints
+  // are sent first.
   void Hint(std::span<const ExpertKey> keys) override;
   void HintAhead(std::span<const ExpertKey> keys) override;
   ExpertSourceStats Stats() const override;

@@ -216,6 +216,36 @@ TEST(ExpertStore, HintPrefetchesAndRespectsAdmission) {
   EXPECT_FALSE(heat[8 + 7].resident);
 }
 
+// A look-ahead hint for a resident expert keeps it through the current
+// layer's fills (which would evict it: it is the coldest), until its own
+// layer has run.
+TEST(ExpertStore, LookaheadHintKeepsAResidentExpertThroughTheCurrentLayersFills) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_keep"), 2, 8, [](int, int) { return kRec; });
+  auto st = MakeStore(m, 3);
+  auto sess = st->OpenSession(1);
+  auto fetch = [&](int layer, std::vector<int> ids) {
+    auto r = st->Fetch(sess->index, layer, ids);
+    for (auto& x : r) {
+      ASSERT_TRUE(x.ok()) << x.status();
+      st->table().Release(sess->index, *x);
+    }
+  };
+  fetch(1, {5});
+  for (int k = 0; k < 10; ++k) fetch(0, {0, 1});
+  EXPECT_EQ(st->Hint(1, {5}, /*lookahead=*/true), 0);  // resident: nothing to read
+  EXPECT_EQ(st->Stats().lookahead_kept, 1u);
+  fetch(0, {2});  // evicts a hot layer-0 expert, not the predicted (1, 5)
+  auto heat = st->Heat();
+  EXPECT_TRUE(heat[8 + 5].resident);
+  EXPECT_EQ(int(heat[0].resident) + int(heat[1].resident), 1);
+  const uint64_t ram_hits = st->Stats().tier[int(TierId::kRam)].hits;
+  fetch(1, {5});  // its layer ran (a RAM hit)...
+  EXPECT_EQ(st->Stats().tier[int(TierId::kRam)].hits, ram_hits + 1);
+  for (int k = 0; k < 10; ++k) fetch(0, {0, 2});
+  fetch(0, {3});  // ...so now it is the coldest again
+  EXPECT_FALSE(st->Heat()[8 + 5].resident);
+}
+
 TEST(ExpertStore, CurrentRoutingHintsFillLikeDemandLookaheadHintsAreGated) {
   auto m = WriteSyntheticModel(MakeTempDir("store_hint_kinds"), 2, 8, [](int, int) { return kRec; });
   StoreConfig c;

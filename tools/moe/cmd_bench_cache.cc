@@ -23,6 +23,7 @@ int RunBenchCache(int argc, char** argv) {
   double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
+  double change_z = 0, long_tokens = 512, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
   flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1)");
   flags.AddBool("synthetic", &synthetic, "generate a skewed GLM-5-shaped trace instead");
@@ -44,6 +45,9 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddInt("harvest-every", &harvest_every,
               "policy: deliver hits every N accesses, counted, as expertd harvests workers' shm leases (0: at once)");
   flags.AddInt("sample", &sample, "policy: eviction candidates sampled per miss (0 = exact scan, slow)");
+  flags.AddDouble("change-z", &change_z, "policy: adaptive-window frequency (z of the change test; 0 = off)");
+  flags.AddDouble("long-tokens", &long_tokens, "policy: half-life of the long count (tokens)");
+  flags.AddDouble("lookahead-accuracy", &lookahead, "policy: simulated router look-ahead hints, share right (0 = none)");
   flags.AddBool("json", &json, "print JSON");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
@@ -80,6 +84,7 @@ int RunBenchCache(int argc, char** argv) {
     if (!r.ok()) return Fail("bench cache", r.status());
     t = std::move(*r);
   }
+  if (lookahead > 0) AddLookahead(t, lookahead, 11);
   uint64_t slots = budget / expert_bytes;
   uint64_t keys = uint64_t(t.num_layers) * t.num_experts;
   auto t0 = std::chrono::steady_clock::now();
@@ -87,12 +92,15 @@ int RunBenchCache(int argc, char** argv) {
   const int cands = sample > 0 ? static_cast<int>(sample) : 1 << 30;
   PolicyConfig pc{0, slow, fast, alpha, window, !fixed_alpha};
   pc.learn_rate = learn_rate;
+  pc.change_z = change_z;
+  pc.long_tokens = long_tokens;
   pc.learned = false;
   const uint64_t harvest = static_cast<uint64_t>(harvest_every);
   auto ours = SimulateHeat(t, slots, pc, cands, harvest);  // expertd's default order: the heat score
   pc.learned = true;
   auto learned = SimulateHeat(t, slots, pc, cands, harvest);  // expertd --policy learned
   auto opt = SimulateBelady(t, slots);
+  auto opt_nb = SimulateBelady(t, slots, false);
   auto fixed = SimulateStaticBest(t, slots);
   // Synthetic only: the bound of an online policy told the generator's distribution.
   SimResult informed;
@@ -114,7 +122,7 @@ int RunBenchCache(int argc, char** argv) {
                          {{"lru", lru.hit_rate()},
                           {"ours", ours.hit_rate()},
                           {"learned", learned.hit_rate()},
-                          {"belady", opt.hit_rate()}}},
+                          {"belady", opt.hit_rate()}, {"belady_no_bypass", opt_nb.hit_rate()}}},
                         {"gap_closed", closed},
                         {"gap_closed_learned", closed_learned},
                         {"static_best_hit_rate", fixed.hit_rate()},

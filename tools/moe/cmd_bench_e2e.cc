@@ -120,7 +120,7 @@ struct RunResult {
   double seconds = 0, tps = 0, hit_rate = 0, read_gbps = 0, floor_tps = 0, vs_floor = 0;
   double compute_s = 0, fetch_s = 0;  // timed tokens: in the kernels, waiting in FetchExperts
   uint64_t gets = 0, hits = 0, disk_bytes = 0, prefetch_issued = 0, prefetch_used = 0, prefetch_refused = 0;
-  uint64_t prefetch_promoted = 0, prefetch_gated = 0;
+  uint64_t prefetch_promoted = 0, prefetch_gated = 0, lookahead_kept = 0;
   double precision = 0, demand_busy = 0;  // expertd's prefetch gate at the end of the run
 };
 
@@ -365,6 +365,7 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
       rr.prefetch_refused = after.prefetch_refused() - before.prefetch_refused();
       rr.prefetch_promoted = after.prefetch_promoted() - before.prefetch_promoted();
       rr.prefetch_gated = after.prefetch_gated() - before.prefetch_gated();
+      rr.lookahead_kept = after.lookahead_kept() - before.lookahead_kept();
       rr.precision = after.prefetch_precision();
       rr.demand_busy = after.demand_busy();
       results.push_back(rr);
@@ -396,6 +397,7 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
                            {"vs_floor", r.vs_floor}, {"prefetch_issued", r.prefetch_issued},
                            {"prefetch_used", r.prefetch_used}, {"prefetch_refused", r.prefetch_refused},
                            {"prefetch_promoted", r.prefetch_promoted}, {"prefetch_gated", r.prefetch_gated},
+                           {"lookahead_kept", r.lookahead_kept},
                            {"gate_precision", r.precision}, {"gate_demand_busy", r.demand_busy},
                            {"compute_seconds", r.compute_s}, {"fetch_wait_seconds", r.fetch_s}});
     std::printf("%s\n", j.dump(1).c_str());

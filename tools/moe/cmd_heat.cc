@@ -108,7 +108,8 @@ int RunHeat(int argc, char** argv) {
     j["read_errors"] = st->read_errors();
     j["prefetch"] = {{"issued", st->prefetch_issued()}, {"used", st->prefetch_used()},
                      {"refused", st->prefetch_refused()}, {"promoted", st->prefetch_promoted()},
-                     {"gated", st->prefetch_gated()}, {"gate_open", st->prefetch_gate_open()},
+                     {"gated", st->prefetch_gated()}, {"lookahead_kept", st->lookahead_kept()},
+                     {"gate_open", st->prefetch_gate_open()},
                      {"precision", st->prefetch_precision()}, {"demand_busy", st->demand_busy()}};
     j["policy"] = {{"order", st->policy()},
                    {"weights", std::vector<double>(st->policy_weights().begin(), st->policy_weights().end())},
@@ -143,10 +144,10 @@ int RunHeat(int argc, char** argv) {
   std::printf("io %s qd %u  in flight %lu  read %.2f GB/s  errors %lu  evictions %lu\n", st->io_engine().c_str(),
               st->queue_depth(), (unsigned long)st->io_inflight(), st->read_gbps(), (unsigned long)st->read_errors(),
               (unsigned long)st->evictions());
-  std::printf("prefetch issued %lu used %lu refused %lu promoted %lu gated %lu; gate %s (precision %.2f, demand busy %.2f)\n",
+  std::printf("prefetch issued %lu used %lu refused %lu promoted %lu gated %lu kept %lu; gate %s (precision %.2f, demand busy %.2f)\n",
               (unsigned long)st->prefetch_issued(), (unsigned long)st->prefetch_used(),
               (unsigned long)st->prefetch_refused(), (unsigned long)st->prefetch_promoted(),
-              (unsigned long)st->prefetch_gated(), st->prefetch_gate_open() ? "open" : "closed",
+              (unsigned long)st->prefetch_gated(), (unsigned long)st->lookahead_kept(), st->prefetch_gate_open() ? "open" : "closed",
               st->prefetch_precision(), st->demand_busy());
   std::printf("policy %s", st->policy().c_str());
   if (st->policy_weights_size() > 0) {
