@@ -41,6 +41,7 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
       expected_(slow_.size(), 0),
       quick_(slow_.size(), 0.0),
       long_(slow_.size(), 0.0),
+      steady_(slow_.size(), 0.0),
       filled_(slow_.size(), 0),
       visit_start_(num_layers, 0),
       pending_(slow_.size(), -1) {
@@ -50,7 +51,8 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
   window_ = cfg_.window_tokens > 0 ? apt * cfg_.window_tokens : 0;
   alpha_ = cfg_.alpha;
   quick_hl_ = apt * 4;
-  long_hl_ = apt * (cfg_.long_tokens > 0 ? cfg_.long_tokens : 512);
+  long_hl_ = apt * 512;
+  steady_hl_ = apt * (cfg_.steady_tokens > 0 ? cfg_.steady_tokens : 256);
   period_all_ = apt;
   period_.assign(num_layers, apt);
 }
@@ -89,6 +91,7 @@ void HeatPolicy::Touch(uint32_t key, double count) {
   fast_[key] = fast_[key] * std::exp2(-dt / fast_hl_) + count;
   quick_[key] = quick_[key] * std::exp2(-dt / quick_hl_) + count;
   long_[key] = long_[key] * std::exp2(-dt / long_hl_) + count;
+  steady_[key] = steady_[key] * std::exp2(-dt / steady_hl_) + count;
   last_[key] = now_;
 }
 
@@ -167,13 +170,15 @@ double HeatPolicy::Freq(uint32_t key, double add) const {
   const double dt = double(now_ - last_[key]);
   const double cs = slow_[key] * std::exp2(-dt / slow_hl_) + add;
   if (cfg_.change_z <= 0) return cs;
-  const double cl = long_[key] * std::exp2(-dt / long_hl_) + add;
+  const double cl = steady_[key] * std::exp2(-dt / steady_hl_) + add;
+  // Each count's window so far (all counts start at 0 at clock 0, or full
+  // after a heat file): rate = count / window.
   constexpr double kLn2 = 0.6931471805599453;
-  const double t = double(now_) + 1;
+  const double t = counts_full_ ? 1e300 : double(now_) + 1;
   const double ws = slow_hl_ / kLn2 * (1 - std::exp2(-t / slow_hl_));
-  const double wl = long_hl_ / kLn2 * (1 - std::exp2(-t / long_hl_));
-  const double expect = cl / wl * ws;  // slow count the long rate predicts
-  const double full = slow_hl_ / kLn2;
+  const double wl = steady_hl_ / kLn2 * (1 - std::exp2(-t / steady_hl_));
+  const double expect = cl / wl * ws;  // the slow count the steady rate predicts
+  const double full = slow_hl_ / kLn2;  // in slow-count units, as the recency bonus
   if (std::abs(cs - expect) <= cfg_.change_z * std::sqrt(expect + 0.25) + 0.5) return cl / wl * full;
   return cs / ws * full;
 }
@@ -252,11 +257,13 @@ absl::Status HeatPolicy::Load(const std::string& path, const std::string& model_
     if (!std::isfinite(v)) return absl::DataLossError(absl::StrCat("heat file ", path, ": bad model weight"));
   }
   std::copy(w, w + kFeatures, w_);
+  counts_full_ = true;
   for (uint32_t k = 0; k < heat.size(); ++k) {
     slow_[k] = heat[k];
     // The other counts restart from the same estimate of the rate.
     quick_[k] = heat[k] * quick_hl_ / slow_hl_;
     long_[k] = heat[k] * long_hl_ / slow_hl_;
+    steady_[k] = heat[k] * steady_hl_ / slow_hl_;
     fast_[k] = 0;
     last_[k] = now_;
     pinned_[k] = pinned[k] ? 1 : 0;

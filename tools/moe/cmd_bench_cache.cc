@@ -23,7 +23,7 @@ int RunBenchCache(int argc, char** argv) {
   double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
-  double change_z = 0, long_tokens = 512, lookahead = 0;
+  double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
   flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1)");
   flags.AddBool("synthetic", &synthetic, "generate a skewed GLM-5-shaped trace instead");
@@ -45,8 +45,8 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddInt("harvest-every", &harvest_every,
               "policy: deliver hits every N accesses, counted, as expertd harvests workers' shm leases (0: at once)");
   flags.AddInt("sample", &sample, "policy: eviction candidates sampled per miss (0 = exact scan, slow)");
-  flags.AddDouble("change-z", &change_z, "policy: adaptive-window frequency (z of the change test; 0 = off)");
-  flags.AddDouble("long-tokens", &long_tokens, "policy: half-life of the long count (tokens)");
+  flags.AddDouble("change-z", &change_z, "policy: adaptive-window frequency, z of the change test (0 = slow count only)");
+  flags.AddDouble("steady-tokens", &steady, "policy: half-life of the steady count (tokens)");
   flags.AddDouble("lookahead-accuracy", &lookahead, "policy: simulated router look-ahead hints, share right (0 = none)");
   flags.AddBool("json", &json, "print JSON");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
@@ -93,7 +93,7 @@ int RunBenchCache(int argc, char** argv) {
   PolicyConfig pc{0, slow, fast, alpha, window, !fixed_alpha};
   pc.learn_rate = learn_rate;
   pc.change_z = change_z;
-  pc.long_tokens = long_tokens;
+  pc.steady_tokens = steady;
   pc.learned = false;
   const uint64_t harvest = static_cast<uint64_t>(harvest_every);
   auto ours = SimulateHeat(t, slots, pc, cands, harvest);  // expertd's default order: the heat score
