@@ -209,7 +209,8 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots) {
   return r;
 }
 
-SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample, uint64_t harvest_every) {
+SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample, uint64_t harvest_every,
+                       bool row_leases) {
   SimResult r;
   c.accesses_per_token = double(t.num_layers) * t.top_k;
   HeatPolicy p(t.num_layers, t.num_experts, c);
@@ -240,7 +241,17 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
     touch(k, 1);
     if (slots == 0) continue;
     if (res.size() >= slots) {
-      size_t v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return p.EvictBefore(a, b); });
+      size_t v;
+      if (row_leases) {  // the row's keys are leased: never victims (slots >= top_k)
+        const size_t row0 = (r.accesses - 1) / K * K, row1 = std::min(t.keys.size(), row0 + K);
+        auto leased = [&](uint32_t q) { return std::find(&t.keys[row0], &t.keys[row1], q) != &t.keys[row1]; };
+        v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) {
+          const bool la = leased(a), lb = leased(b);
+          return la != lb ? lb : p.EvictBefore(a, b);
+        });
+      } else {
+        v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return p.EvictBefore(a, b); });
+      }
       p.Evicted(res.at(v));
       res.RemoveAt(v);
     }

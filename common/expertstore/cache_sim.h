@@ -77,8 +77,12 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
 // accesses, in key order (misses reach it at once, as FetchExperts does).
 // t.ahead, when present, reaches the policy as look-ahead hints
 // (HeatPolicy::Expect) before each row, as expertd gets them.
+// row_leases: a row's keys are never victims of its own misses, as when the
+// worker leases the row's hits before it fetches the misses (`moe bench
+// e2e`'s worker; the engine instead leases one expert at a time). This
+// matters only when the cache holds a few rows (tiny traces at 6-10 slots).
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64,
-                       uint64_t harvest_every = 0);
+                       uint64_t harvest_every = 0, bool row_leases = false);
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass = true);
 // The best fixed placement in hindsight: the `slots` keys the whole trace
 // uses most, each kept from its first use (a compulsory miss, as for the

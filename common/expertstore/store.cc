@@ -514,17 +514,21 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
     std::lock_guard<std::mutex> l(mu_);
     uint32_t max_inflight = cfg_.max_prefetch_inflight ? cfg_.max_prefetch_inflight : 2 * io_->queue_depth();
     const bool gate_open = !lookahead || gate_.Allow(NowNs());
+    // Every named key keeps its slab until its layer's visit begins
+    // (HeatPolicy::Expect), before any of these fills picks a victim: a
+    // current-routing hint's resident keys are about to be leased, a
+    // look-ahead's are likely next.
+    for (int id : ids) {
+      if (!table_.ValidKey(layer, id)) continue;
+      policy_.Expect(policy_.index(layer, id));
+      if (lookahead && table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0)
+        stats_.lookahead_kept++;
+    }
     for (int id : ids) {
       auto loc = locator_->Locate(layer, id);
       if (!loc.ok()) continue;
       const uint32_t pk = policy_.index(layer, id);
-      // A predicted key keeps its slab until its layer's visit is over (the
-      // current layer's fills would otherwise evict it: HeatPolicy::Expect).
-      if (lookahead) policy_.Expect(pk);
-      if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) {  // resident or filling
-        if (lookahead) stats_.lookahead_kept++;
-        continue;
-      }
+      if (table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed) != 0) continue;  // resident or filling
       // The gate weighs the disk and the slab a fill takes from demand; a
       // fill into a free slab (arena still warming up) evicts nothing and its
       // reads use only spare disk capacity, so it is not gated.

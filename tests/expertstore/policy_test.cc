@@ -68,8 +68,8 @@ TEST(HeatPolicy, AdaptiveWindowUsesTheSteadyCountUntilPopularityChanges) {
 }
 
 // A look-ahead hint keeps a cold key past hotter ones until its layer's
-// visit is over; admission (ScoreIfTouched) is not inflated by it.
-TEST(HeatPolicy, LookaheadKeepsPredictedKeysUntilTheirLayerRan) {
+// visit begins; admission (ScoreIfTouched) is not inflated by it.
+TEST(HeatPolicy, LookaheadKeepsPredictedKeysUntilTheirLayerRuns) {
   HeatPolicy p(3, 4, HeatOrder({8, 64, 0.5, 1.0}));
   const uint32_t hot = p.index(0, 0), cold = p.index(1, 2), other = p.index(2, 1);
   for (int i = 0; i < 10; ++i) p.Touch(hot);
@@ -80,16 +80,17 @@ TEST(HeatPolicy, LookaheadKeepsPredictedKeysUntilTheirLayerRan) {
   EXPECT_TRUE(p.Expected(cold));
   EXPECT_TRUE(p.EvictBefore(hot, cold));
   EXPECT_LT(p.ScoreIfTouched(cold), p.Score(hot));  // a prefetch of it still may not evict `hot`
-  p.Touch(p.index(1, 3));  // layer 1's visit begins: still wanted
+  p.Touch(p.index(0, 2));  // more of layer 0: still wanted
   EXPECT_TRUE(p.Expected(cold));
-  p.Touch(other);  // layer 1's visit is over
+  p.Touch(p.index(1, 3));  // layer 1's visit begins: its routing is known now
   EXPECT_FALSE(p.Expected(cold));
   EXPECT_TRUE(p.EvictBefore(cold, hot));
-  p.Expect(p.index(2, 3));  // hinted during its own layer's visit: kept through the next one
+  p.Touch(other);
+  p.Expect(p.index(2, 3));  // hinted during its own layer's visit: kept until the next one
+  p.Touch(p.index(2, 0));
   p.Touch(p.index(0, 0));
   EXPECT_TRUE(p.Expected(p.index(2, 3)));
   p.Touch(p.index(2, 0));
-  p.Touch(p.index(0, 0));
   EXPECT_FALSE(p.Expected(p.index(2, 3)));
 }
 
@@ -294,6 +295,18 @@ TEST(CacheSim, LookaheadHints) {
   const auto plain = SimulateHeat(*rec, 10, PolicyConfig{});
   AddLookahead(*rec, 1.0, 3);
   EXPECT_GT(SimulateHeat(*rec, 10, PolicyConfig{}).hit_rate(), plain.hit_rate() + 0.01);  // 47.2% -> 49.0%
+}
+
+// Row leases: a row's misses may not evict a key the same row uses later.
+TEST(CacheSim, RowLeasesKeepTheRowsKeys) {
+  RoutingTrace t;
+  t.num_layers = 1;
+  t.num_experts = 4;
+  t.top_k = 2;
+  for (int i = 0; i < 5; ++i) t.keys.insert(t.keys.end(), {0, 1});
+  t.keys.insert(t.keys.end(), {2, 0});  // 2's fill evicts the colder of 0 and 1: 0, used last longer ago
+  EXPECT_EQ(SimulateHeat(t, 2, PolicyConfig{}).hits, 8u);
+  EXPECT_EQ(SimulateHeat(t, 2, PolicyConfig{}, 64, 0, /*row_leases=*/true).hits, 9u);  // 0 is leased: 1 goes
 }
 
 TEST(CacheSim, TraceFileRoundTripsAndRejectsGarbage) {

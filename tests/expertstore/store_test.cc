@@ -218,7 +218,7 @@ TEST(ExpertStore, HintPrefetchesAndRespectsAdmission) {
 
 // A look-ahead hint for a resident expert keeps it through the current
 // layer's fills (which would evict it: it is the coldest), until its own
-// layer has run.
+// layer runs.
 TEST(ExpertStore, LookaheadHintKeepsAResidentExpertThroughTheCurrentLayersFills) {
   auto m = WriteSyntheticModel(MakeTempDir("store_keep"), 2, 8, [](int, int) { return kRec; });
   auto st = MakeStore(m, 3);

@@ -2,7 +2,9 @@
 # Regenerates the policy table of docs/BENCHMARKS.md (## expertd, "Policy"):
 # every committed routing trace and the synthetic GLM-5-shaped one, at the
 # budgets used there, through `moe bench cache --json`; prints markdown rows.
-# Usage: tools/bench/cache_table.sh [BUILD_DIR]   (~1 minute; deterministic)
+# Usage: tools/bench/cache_table.sh [BUILD_DIR]   (~1.5 minutes; deterministic)
+# "+ look-ahead": the same policy given simulated router look-ahead hints,
+# 72% right (--lookahead-accuracy 0.72), as expertd gets them with prefetch on.
 set -euo pipefail
 build=${1:-build}
 moe="$build/tools/moe/moe"
@@ -10,20 +12,24 @@ R=tests/data/expertstore/routing
 row() {  # label budget-label args...
   local label=$1 blabel=$2
   shift 2
-  "$moe" bench cache --json "$@" | python3 -c '
+  local plain hinted
+  plain=$("$moe" bench cache --json "$@")
+  hinted=$("$moe" bench cache --json --lookahead-accuracy 0.72 "$@")
+  python3 -c '
 import json, sys
-j = json.load(sys.stdin); h = j["hit_rate"]; label, blabel = sys.argv[1], sys.argv[2]
+j = json.loads(sys.argv[3]); k = json.loads(sys.argv[4]); h = j["hit_rate"]; label, blabel = sys.argv[1], sys.argv[2]
 pct = lambda x: "%.2f%%" % (100 * x)
 gap = lambda x: "%.0f%%" % (100 * x)
 extra = ""
 if "gap_closed_informed" in j and j["trace"] == "synthetic":
     extra = ", informed " + gap(j["gap_closed_informed"])
-print("| %s | %s | %s | %s | %s | %s | %s | %s / %s (static best %s%s) |" % (
-    label, blabel, pct(h["lru"]), pct(j["static_best_hit_rate"]), pct(h["ours"]), pct(h["learned"]), pct(h["belady"]),
-    gap(j["gap_closed"]), gap(j["gap_closed_learned"]), gap(j["gap_closed_static_best"]), extra))' "$label" "$blabel"
+print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s (static best %s%s) |" % (
+    label, blabel, pct(h["lru"]), pct(j["static_best_hit_rate"]), pct(h["ours"]), pct(k["hit_rate"]["ours"]),
+    pct(h["learned"]), pct(h["belady"]), pct(h["belady_no_bypass"]),
+    gap(j["gap_closed"]), gap(k["gap_closed"]), gap(j["gap_closed_learned"]), gap(j["gap_closed_static_best"]), extra))' "$label" "$blabel" "$plain" "$hinted"
 }
-echo "| trace | budget | LRU | static best | ours (heat, default) | learned | Belady | gap closed: ours / learned (bounds) |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| trace | budget | LRU | static best | ours (heat, default) | ours + look-ahead | learned | Belady | Belady, no bypass | gap closed: ours / + look-ahead / learned (bounds) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 E=$((19 * 1024 * 1024))
 for s in "1920 10%" "5760 30%" "9600 50%"; do
   set -- $s

@@ -23,6 +23,7 @@ int RunBenchCache(int argc, char** argv) {
   double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
+  bool row_leases = false;
   double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
   flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1)");
@@ -48,6 +49,8 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddDouble("change-z", &change_z, "policy: adaptive-window frequency, z of the change test (0 = slow count only)");
   flags.AddDouble("steady-tokens", &steady, "policy: half-life of the steady count (tokens)");
   flags.AddDouble("lookahead-accuracy", &lookahead, "policy: simulated router look-ahead hints, share right (0 = none)");
+  flags.AddBool("row-leases", &row_leases,
+               "policy: a row's (token x layer's) keys are not victims of its own misses (worker leases hits first)");
   flags.AddBool("json", &json, "print JSON");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
@@ -96,9 +99,9 @@ int RunBenchCache(int argc, char** argv) {
   pc.steady_tokens = steady;
   pc.learned = false;
   const uint64_t harvest = static_cast<uint64_t>(harvest_every);
-  auto ours = SimulateHeat(t, slots, pc, cands, harvest);  // expertd's default order: the heat score
+  auto ours = SimulateHeat(t, slots, pc, cands, harvest, row_leases);  // expertd's default order: the heat score
   pc.learned = true;
-  auto learned = SimulateHeat(t, slots, pc, cands, harvest);  // expertd --policy learned
+  auto learned = SimulateHeat(t, slots, pc, cands, harvest, row_leases);  // expertd --policy learned
   auto opt = SimulateBelady(t, slots);
   auto opt_nb = SimulateBelady(t, slots, false);
   auto fixed = SimulateStaticBest(t, slots);
