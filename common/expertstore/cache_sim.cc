@@ -313,7 +313,7 @@ SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots) {
 }
 
 SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates,
-                           int sample) {
+                           int sample, bool phase_counts) {
   SimResult r;
   const uint32_t E = t.num_experts, K = t.top_k;
   const size_t per_token = size_t(t.num_layers) * K, nkeys = size_t(t.num_layers) * E;
@@ -321,7 +321,7 @@ SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const Syntheti
   const double keep_prob = c.keep_prob;
   const size_t phases = t.num_tokens / phase_tokens + 1;
   std::vector<float> freq(phases * nkeys, 0.f);  // [phase][key]: expected uses per token in that phase
-  replicates = std::max(1, replicates);
+  replicates = phase_counts ? 0 : std::max(1, replicates);  // phase_counts: nothing told but the phase starts
   for (int rep = 0; rep < replicates; ++rep) {
     SyntheticTraceConfig o = c;
     o.draw_seed = (c.draw_seed ? c.draw_seed : c.seed * 0x9e3779b97f4a7c15ull + 1) + 1000003ull * uint64_t(rep + 1);
@@ -332,9 +332,25 @@ SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const Syntheti
   std::vector<uint64_t> last(nkeys, ~0ull);
   ResidentSet res(nkeys);
   std::mt19937_64 rng(7);
+  // phase_counts: p is instead this phase's counts so far (the previous
+  // phase's frequency as a prior worth kPrior tokens), updated as the trace runs.
+  constexpr float kPrior = 50;
+  std::vector<float> cnt(phase_counts ? nkeys : 0, 0.f), prevp(cnt.size(), 0.f);
+  size_t phase_start = 0;
   for (size_t i = 0; i < t.keys.size(); ++i) {
     const uint32_t k = t.keys[i];
     const size_t tok = i / per_token, cur_layer = (i % per_token) / K;
+    if (phase_counts) {
+      if (i % per_token == 0 && tok % phase_tokens == 0 && tok > 0) {
+        const float n = float(tok - phase_start);
+        for (size_t q = 0; q < nkeys; ++q) prevp[q] = cnt[q] / n, cnt[q] = 0;
+        phase_start = tok;
+      }
+      cnt[k] += 1;
+      const float n = float(tok - phase_start) + 1;
+      float* pp = &freq[tok / phase_tokens * nkeys];
+      for (uint32_t q = k / E * E; q < k / E * E + E; ++q) pp[q] = (cnt[q] + prevp[q] * kPrior) / (n + kPrior);
+    }
     last[k] = i;
     ++r.accesses;
     if (res.Has(k)) {

@@ -98,7 +98,12 @@ SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots);
 // q the chance at its layer's next visit, p the phase frequency; the horizon
 // barely matters between 2 and 20 tokens). Belady additionally knows the
 // draws themselves, which no online policy can.
+// phase_counts: told only when each phase begins (and the reuse chance), p
+// is estimated from the phase's accesses so far, with the previous phase's
+// frequencies as a prior worth 50 tokens: what a perfect change detector is
+// worth to a count-based estimate (a reference, not a bound: a better tuned
+// estimator can beat it).
 SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates = 8,
-                           int sample = 64);
+                           int sample = 64, bool phase_counts = false);
 
 }  // namespace moe::expertstore

@@ -245,6 +245,10 @@ TEST(CacheSim, OrderingOnASkewedGlmShapedTrace) {
   auto informed = SimulateInformed(t, slots, c, 4);
   EXPECT_GT(informed.hit_rate(), heat.hit_rate());
   EXPECT_LT(informed.hit_rate(), opt.hit_rate());
+  // Told only when phases begin, estimating p from counts: below knowing p.
+  auto counts = SimulateInformed(t, slots, c, 4, 64, /*phase_counts=*/true);
+  EXPECT_LT(counts.hit_rate(), informed.hit_rate());
+  EXPECT_GT(counts.hit_rate(), lru.hit_rate());
 }
 
 // Hits delivered as expertd harvests them: every access (the same order as

@@ -22,7 +22,7 @@ pct = lambda x: "%.2f%%" % (100 * x)
 gap = lambda x: "%.0f%%" % (100 * x)
 extra = ""
 if "gap_closed_informed" in j and j["trace"] == "synthetic":
-    extra = ", informed " + gap(j["gap_closed_informed"])
+    extra = ", informed " + gap(j["gap_closed_informed"]) + ", phase counts " + gap(j["gap_closed_phase_counts"])
 print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s (static best %s%s) |" % (
     label, blabel, pct(h["lru"]), pct(j["static_best_hit_rate"]), pct(h["ours"]), pct(k["hit_rate"]["ours"]),
     pct(h["learned"]), pct(h["belady"]), pct(h["belady_no_bypass"]),
