@@ -345,7 +345,8 @@ TEST_F(ExpertdIntegration, PrometheusMetricsAreServedAndMove) {
         "moe_expertd_prefetch_issued_total", "moe_expertd_prefetch_used_total", "moe_expertd_prefetch_refused_total",
         "moe_expertd_arena_bytes", "moe_expertd_budget_bytes", "moe_expertd_resident_bytes",
         "moe_expertd_slabs_ready", "moe_expertd_slabs_leased", "moe_expertd_sessions", "moe_expertd_io_inflight",
-        "moe_expertd_io_queue_depth", "moe_expertd_read_gbps", "moe_expertd_policy_horizon_tokens"})
+        "moe_expertd_io_queue_depth", "moe_expertd_read_gbps", "moe_expertd_policy_horizon_tokens",
+        "moe_expertd_lookahead_kept_total"})
     EXPECT_NE(m0.find(std::string("# TYPE ") + name), std::string::npos) << name;
   EXPECT_EQ(Metric(m0, "moe_expertd_requests_total"), 0);
   EXPECT_EQ(Metric(m0, "moe_expertd_budget_bytes"), double(8 * kRec));
@@ -361,6 +362,7 @@ TEST_F(ExpertdIntegration, PrometheusMetricsAreServedAndMove) {
   auto hit = (*c)->TryLease(1, 0);
   ASSERT_TRUE(hit);
   (*c)->Release(*hit);
+  ASSERT_TRUE((*c)->Hint(1, {1}, /*lookahead=*/true).ok());  // resident: kept, not read
   ASSERT_TRUE((*c)->Hint(2, {5}, /*lookahead=*/true).ok());
   for (int e = 3; e < 13; ++e) {
     auto r = (*c)->Acquire(0, {e});
@@ -378,6 +380,7 @@ TEST_F(ExpertdIntegration, PrometheusMetricsAreServedAndMove) {
   EXPECT_GE(Metric(m1, "moe_expertd_tier_hits_total{tier=\"disk\"}"), 13);
   EXPECT_GE(Metric(m1, "moe_expertd_tier_bytes_total{tier=\"disk\"}"), 13.0 * kRec);
   EXPECT_EQ(Metric(m1, "moe_expertd_prefetch_issued_total"), 1);
+  EXPECT_EQ(Metric(m1, "moe_expertd_lookahead_kept_total"), 1);
   EXPECT_GT(Metric(m1, "moe_expertd_evictions_total"), 0);
   EXPECT_EQ(Metric(m1, "moe_expertd_sessions"), 1);
   EXPECT_EQ(Metric(m1, "moe_expertd_slabs_ready"), 8);
