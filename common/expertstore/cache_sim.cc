@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <list>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -138,10 +139,18 @@ void AddLookahead(RoutingTrace& t, double accuracy, uint64_t seed) {
 absl::Status SaveTrace(const RoutingTrace& t, const std::string& path) {
   std::ofstream out(path);
   if (!out) return absl::InternalError(absl::StrCat("trace ", path, ": cannot create"));
-  out << "moestream-routing-trace 1 " << t.num_layers << " " << t.num_experts << " " << t.top_k << "\n";
+  const bool ahead = !t.ahead.empty();
+  out << "moestream-routing-trace " << (ahead ? 2 : 1) << " " << t.num_layers << " " << t.num_experts << " "
+      << t.top_k << "\n";
   size_t per_token = size_t(t.num_layers) * t.top_k;
   for (size_t i = 0; i < t.keys.size(); i += t.top_k) {
     uint32_t layer = t.keys[i] / t.num_experts;
+    const size_t r = i / t.top_k;
+    if (ahead && r > 0 && r - 1 < t.ahead.size() && !t.ahead[r - 1].empty()) {
+      out << "+ " << i / per_token << " " << layer;  // the look-ahead's prediction for this row
+      for (uint32_t k : t.ahead[r - 1]) out << " " << k % t.num_experts;
+      out << "\n";
+    }
     out << i / per_token << " " << layer;
     for (uint32_t k = 0; k < t.top_k; ++k) out << " " << t.keys[i + k] % t.num_experts;
     out << "\n";
@@ -156,17 +165,35 @@ absl::StatusOr<RoutingTrace> LoadTrace(const std::string& path) {
   std::string magic, line;
   int version = 0;
   if (!(in >> magic >> version >> t.num_layers >> t.num_experts >> t.top_k) || magic != "moestream-routing-trace" ||
-      version != 1 || t.num_layers == 0 || t.num_experts == 0 || t.top_k == 0)
-    return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": not a version 1 routing trace"));
+      (version != 1 && version != 2) || t.num_layers == 0 || t.num_experts == 0 || t.top_k == 0)
+    return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": not a version 1 or 2 routing trace"));
   std::getline(in, line);
   int64_t last_token = -1;
   size_t lineno = 1;
+  std::vector<std::pair<int64_t, uint32_t>> rows;                     // (token, layer) per row
+  std::map<std::pair<int64_t, uint32_t>, std::vector<uint32_t>> predicted;  // version 2 "+" lines
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line[0] == '#') continue;
     std::istringstream ls(line);
     int64_t tok;
     uint32_t layer, e;
+    if (line[0] == '+') {  // + <token> <layer> <predicted experts>: the look-ahead for that row
+      if (version < 2)
+        return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno,
+                                                       ": look-ahead lines need a version 2 trace"));
+      ls.get();
+      if (!(ls >> tok >> layer) || layer >= t.num_layers)
+        return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno, ": bad token/layer"));
+      auto& p = predicted[{tok, layer}];
+      while (ls >> e) {
+        if (e >= t.num_experts)
+          return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno, ": expert ", e,
+                                                         " out of range"));
+        p.push_back(layer * t.num_experts + e);
+      }
+      continue;
+    }
     if (!(ls >> tok >> layer) || layer >= t.num_layers)
       return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno, ": bad token/layer"));
     uint32_t n = 0;
@@ -178,9 +205,19 @@ absl::StatusOr<RoutingTrace> LoadTrace(const std::string& path) {
       ++n;
     }
     if (n == 0) return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", lineno, ": no experts"));
+    rows.push_back({tok, layer});
     if (tok != last_token) {
       ++t.num_tokens;
       last_token = tok;
+    }
+  }
+  // A row's look-ahead is sent while the previous layer of the same token runs.
+  if (!predicted.empty()) {
+    t.ahead.assign(rows.size(), {});
+    for (size_t r = 0; r + 1 < rows.size(); ++r) {
+      if (rows[r + 1].first != rows[r].first) continue;
+      auto it = predicted.find(rows[r + 1]);
+      if (it != predicted.end()) t.ahead[r] = it->second;
     }
   }
   return t;

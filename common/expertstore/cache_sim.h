@@ -4,8 +4,10 @@
 // equal-size slots, demand fills only.
 //
 // Trace file (text, written by SaveTrace, read by LoadTrace):
-//   moestream-routing-trace 1 <num_layers> <num_experts> <top_k>
+//   moestream-routing-trace <1|2> <num_layers> <num_experts> <top_k>
 //   <token> <layer> <e0> <e1> ... <e_{k-1}>      (one line per token x layer)
+//   + <token> <layer> <p0> <p1> ...              (version 2: the router
+//       look-ahead's prediction for that row, made at the previous layer)
 // Synthetic traces mimic GLM-5 routing: per layer a Zipf popularity over a
 // random permutation of experts, a chance to keep each of the previous
 // token's experts (temporal locality), and topic shifts that re-permute part

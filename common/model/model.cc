@@ -390,16 +390,20 @@ std::vector<int> Model::Route(const LayerWeights& lw, const float* logits, float
   return TopKIdx(choice.data(), E, K);
 }
 
-void Model::LookAhead(int layer_id, const float* a, int64_t S) const {
+void Model::LookAhead(int layer_id, const float* a, int64_t S, const int64_t* pos) const {
   // Router look-ahead: the next MoE layer's router on this layer's MLP input.
   const int next = layer_id + 1;
-  if (S > kLookAheadMaxRows || next >= config_.num_hidden_layers || !weights_->layers[next].moe) return;
+  const bool tap = lookahead_tap_ && pos != nullptr;
+  if ((S > kLookAheadMaxRows && !tap) || next >= config_.num_hidden_layers || !weights_->layers[next].moe) return;
   const LayerWeights& nw = weights_->layers[next];
   const int E = config_.n_routed_experts;
   std::vector<float> logits(S * E), sc(E);
   Mm(nw.router.m, a, S, logits.data());
   std::vector<std::vector<int>> rows(S);
   for (int64_t s = 0; s < S; ++s) rows[s] = Route(nw, logits.data() + s * E, sc.data());
+  if (tap)
+    for (int64_t s = 0; s < S; ++s) lookahead_tap_(next, pos[s], std::span<const int>(rows[s].data(), rows[s].size()));
+  if (S > kLookAheadMaxRows) return;
   std::vector<ExpertKey> keys = LookAheadKeys(next, rows, E);
   if (!keys.empty()) experts_->HintAhead(keys);
 }
@@ -452,7 +456,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // The look-ahead goes first: expertd keeps the predicted experts of the
   // next layer that are resident from being evicted by this layer's fills
   // (its speculative reads queue behind demand reads either way).
-  LookAhead(layer_id, x, S);
+  LookAhead(layer_id, x, S, pos.data());
   experts_->Hint(wanted);
   // HF's default experts path (grouped_mm): each (row, slot) output is
   // R(down) * weight in f32; a row sums its K slots in f32 (slot order =

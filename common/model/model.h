@@ -92,6 +92,11 @@ class Model {
   // its cache and its top-k expert ids in selection order. Set before Forward.
   using RouteFn = std::function<void(int layer, int64_t position, std::span<const int> experts)>;
   void set_route_tap(RouteFn fn) { route_tap_ = std::move(fn); }
+  // Look-ahead tap (`moe run --record-routing` too): at every MoE layer
+  // followed by another, called for every row with the next layer's
+  // predicted top-k (its router on this layer's MLP input), for prefill
+  // chunks as well, which send no look-ahead hint.
+  void set_lookahead_tap(RouteFn fn) { lookahead_tap_ = std::move(fn); }
 
   // Runs `ids` at positions cache.length() ... and appends them to `cache`.
   // Returns logits (and final-normed hidden states) of every row when
@@ -141,7 +146,8 @@ class Model {
   // Sends HintAhead for the next MoE layer's predicted experts (batches of at
   // most kLookAheadMaxRows rows: decode steps of up to 64 sequences and
   // verify batches; prefill chunks are longer and need every expert anyway).
-  void LookAhead(int layer_id, const float* a, int64_t S) const;
+  // pos: the rows' positions for the look-ahead tap (null: no tap).
+  void LookAhead(int layer_id, const float* a, int64_t S, const int64_t* pos = nullptr) const;
   static constexpr int64_t kLookAheadMaxRows = 64;
 
  public:
@@ -167,7 +173,7 @@ class Model {
   ExpertSource* experts_;
   EngineOptions opt_;
   TraceFn trace_;
-  RouteFn route_tap_;
+  RouteFn route_tap_, lookahead_tap_;
   std::unique_ptr<kernels::Kernels> kernels_;  // calls serialized by kernels_mu_
   mutable std::mutex kernels_mu_;
   void Trace(const std::string& name, const float* d, int64_t n) const {

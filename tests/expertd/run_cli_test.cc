@@ -178,6 +178,12 @@ TEST_F(MoeRunExpertd, RecordRoutingWritesATraceTheCacheBenchReads) {
   // 12 prompt tokens + 11 decoded (the last token is never fed back).
   EXPECT_EQ(t->num_tokens, 23u);
   EXPECT_EQ(t->keys.size(), size_t(23) * 2 * 4);
+  // Version 2: each token's layer-2 row carries the look-ahead made at layer 1.
+  ASSERT_EQ(t->ahead.size(), size_t(23) * 2);
+  for (size_t r = 0; r < t->ahead.size(); ++r) {
+    ASSERT_EQ(t->ahead[r].size(), r % 2 == 0 ? 4u : 0u) << r;
+    for (uint32_t k : t->ahead[r]) EXPECT_EQ(k / 16, 2u);
+  }
   std::ifstream in(trace);
   std::string header, line;
   std::getline(in, header);
@@ -185,11 +191,11 @@ TEST_F(MoeRunExpertd, RecordRoutingWritesATraceTheCacheBenchReads) {
   std::istringstream ls(line);
   int pos, layer;
   ls >> pos >> layer;
+  EXPECT_EQ(header.rfind("moestream-routing-trace 2 ", 0), 0u) << header;
   EXPECT_EQ(pos, 0);
   EXPECT_EQ(layer, 1);  // first MoE layer
-  RunOut bench = Sh(kMoe + " bench cache --trace " + trace + " --budget 8 --expert-bytes 1 --json");
+  RunOut bench = Sh(kMoe + " bench cache --trace " + trace + " --budget 8 --expert-bytes 1 --lookahead --json");
   ASSERT_EQ(bench.rc, 0) << bench.raw;
-  (void)bench;
 }
 
 TEST_F(MoeRunExpertd, BadExpertdAddressOrCheckpointIsAClearError) {

@@ -296,7 +296,11 @@ TEST(CacheSim, LookaheadHints) {
   }
   auto rec = LoadTrace(std::string(MOE_SOURCE_DIR) + "/tests/data/expertstore/routing/tiny_expertd_doc.txt");
   ASSERT_TRUE(rec.ok()) << rec.status();
+  ASSERT_FALSE(rec->ahead.empty());  // the model's own look-ahead, recorded (73% right)
+  const double recorded = SimulateHeat(*rec, 10, PolicyConfig{}).hit_rate();
+  rec->ahead.clear();
   const auto plain = SimulateHeat(*rec, 10, PolicyConfig{});
+  EXPECT_GT(recorded, plain.hit_rate() + 0.005);  // 48.3% -> 49.2%
   AddLookahead(*rec, 1.0, 3);
   EXPECT_GT(SimulateHeat(*rec, 10, PolicyConfig{}).hit_rate(), plain.hit_rate() + 0.01);  // 47.2% -> 49.0%
 }
@@ -332,6 +336,23 @@ TEST(CacheSim, TraceFileRoundTripsAndRejectsGarbage) {
   auto b = LoadTrace(dir + "/bad.txt");
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(b.status().message()).find("expert 99"), std::string::npos);
+  // Version 2 keeps the look-ahead; a look-ahead line in version 1 or naming
+  // a bad expert is refused with the line.
+  AddLookahead(t, 0.5, 9);
+  ASSERT_TRUE(SaveTrace(t, dir + "/t2.txt").ok());
+  auto v2 = LoadTrace(dir + "/t2.txt");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->keys, t.keys);
+  EXPECT_EQ(v2->ahead, t.ahead);
+  for (const char* bad : {"moestream-routing-trace 1 3 16 2\n+ 0 1 3 4\n0 1 3 4\n",
+                          "moestream-routing-trace 2 3 16 2\n+ 0 1 3 16\n0 1 3 4\n"}) {
+    f = std::fopen((dir + "/bad2.txt").c_str(), "w");
+    std::fputs(bad, f);
+    std::fclose(f);
+    auto e = LoadTrace(dir + "/bad2.txt");
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(e.status().message()).find("line 2"), std::string::npos) << e.status();
+  }
 }
 
 }  // namespace

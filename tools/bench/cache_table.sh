@@ -3,18 +3,20 @@
 # every committed routing trace and the synthetic GLM-5-shaped one, at the
 # budgets used there, through `moe bench cache --json`; prints markdown rows.
 # Usage: tools/bench/cache_table.sh [BUILD_DIR]   (~1.5 minutes; deterministic)
-# "+ look-ahead": the same policy given simulated router look-ahead hints,
-# 72% right (--lookahead-accuracy 0.72), as expertd gets them with prefetch on.
+# "+ look-ahead": the same policy given router look-ahead hints, as expertd
+# gets them with prefetch on: the recorded traces' own (the model's router
+# one layer ahead, --lookahead), simulated ones 72% right for the synthetic
+# traces (--lookahead-accuracy 0.72).
 set -euo pipefail
 build=${1:-build}
 moe="$build/tools/moe/moe"
 R=tests/data/expertstore/routing
-row() {  # label budget-label args...
-  local label=$1 blabel=$2
-  shift 2
+row() {  # label budget-label hint-flags args...
+  local label=$1 blabel=$2 hint=$3
+  shift 3
   local plain hinted
   plain=$("$moe" bench cache --json "$@")
-  hinted=$("$moe" bench cache --json --lookahead-accuracy 0.72 "$@")
+  hinted=$("$moe" bench cache --json $hint "$@")
   python3 -c '
 import json, sys
 j = json.loads(sys.argv[3]); k = json.loads(sys.argv[4]); h = j["hit_rate"]; label, blabel = sys.argv[1], sys.argv[2]
@@ -33,18 +35,18 @@ echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 E=$((19 * 1024 * 1024))
 for s in "1920 10%" "5760 30%" "9600 50%"; do
   set -- $s
-  row synthetic "$2 ($1 slots)" --synthetic --tokens 2000 --budget $(($1 * E))
+  row synthetic "$2 ($1 slots)" "--lookahead-accuracy 0.72" --synthetic --tokens 2000 --budget $(($1 * E))
 done
-row "synthetic Zipf 1.1, keep 0.2" "10%" --synthetic --tokens 2000 --zipf 1.1 --keep 0.2 --budget $((1920 * E))
+row "synthetic Zipf 1.1, keep 0.2" "10%" "--lookahead-accuracy 0.72" --synthetic --tokens 2000 --zipf 1.1 --keep 0.2 --budget $((1920 * E))
 for t in tiny_expertd_doc tiny_architecture_doc tiny_anchors_doc; do
   for b in "6 19%" "10 31%" "16 50%"; do
     set -- $b
-    row "recorded $t" "$2 ($1 of 32)" --trace $R/$t.txt --budget $1 --expert-bytes 1
+    row "recorded $t" "$2 ($1 of 32)" --lookahead --trace $R/$t.txt --budget $1 --expert-bytes 1
   done
 done
 for t in glm_tiny_chat_docstrings glm_tiny_chat_chats; do
   for b in "18 19%" "30 31%" "48 50%"; do
     set -- $b
-    row "trained $t" "$2 ($1 of 96)" --trace $R/$t.txt --budget $1 --expert-bytes 1
+    row "trained $t" "$2 ($1 of 96)" --lookahead --trace $R/$t.txt --budget $1 --expert-bytes 1
   done
 done

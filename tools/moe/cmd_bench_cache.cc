@@ -23,10 +23,10 @@ int RunBenchCache(int argc, char** argv) {
   double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
-  bool row_leases = false;
+  bool row_leases = false, recorded_lookahead = false;
   double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
-  flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1)");
+  flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1 or 2)");
   flags.AddBool("synthetic", &synthetic, "generate a skewed GLM-5-shaped trace instead");
   flags.AddString("save-trace", &save, "write the (synthetic) trace here");
   flags.AddBytes("budget", &budget, "cache budget in bytes");
@@ -49,6 +49,8 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddDouble("change-z", &change_z, "policy: adaptive-window frequency, z of the change test (0 = slow count only)");
   flags.AddDouble("steady-tokens", &steady, "policy: half-life of the steady count (tokens)");
   flags.AddDouble("lookahead-accuracy", &lookahead, "policy: simulated router look-ahead hints, share right (0 = none)");
+  flags.AddBool("lookahead", &recorded_lookahead,
+               "policy: replay the trace's recorded router look-ahead (version 2 traces, moe run --record-routing)");
   flags.AddBool("row-leases", &row_leases,
                "policy: a row's (token x layer's) keys are not victims of its own misses (worker leases hits first)");
   flags.AddBool("json", &json, "print JSON");
@@ -67,6 +69,9 @@ int RunBenchCache(int argc, char** argv) {
                                    ", ", tokens, ", ", experts, ")")));
   if (synthetic && !(keep >= 0 && keep <= 1 && zipf >= 0))
     return Fail("bench cache", absl::InvalidArgumentError("--keep must be in [0, 1] and --zipf >= 0"));
+  if (!(lookahead >= 0 && lookahead <= 1))
+    return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat("--lookahead-accuracy must be in [0, 1] (got ",
+                                                                       lookahead, ")")));
   if (harvest_every < 0 || !(learn_rate >= 0))
     return Fail("bench cache", absl::InvalidArgumentError("--harvest-every and --learn-rate must be >= 0"));
   RoutingTrace t;
@@ -87,6 +92,13 @@ int RunBenchCache(int argc, char** argv) {
     if (!r.ok()) return Fail("bench cache", r.status());
     t = std::move(*r);
   }
+  if (recorded_lookahead && t.ahead.empty())
+    return Fail("bench cache", absl::InvalidArgumentError(
+                                   "--lookahead: the trace has no recorded look-ahead (version 1, or synthetic: use "
+                                   "--lookahead-accuracy)"));
+  if (recorded_lookahead && lookahead > 0)
+    return Fail("bench cache", absl::InvalidArgumentError("give at most one of --lookahead and --lookahead-accuracy"));
+  if (!recorded_lookahead) t.ahead.clear();  // hints only when asked for
   if (lookahead > 0) AddLookahead(t, lookahead, 11);
   uint64_t slots = budget / expert_bytes;
   uint64_t keys = uint64_t(t.num_layers) * t.num_experts;

@@ -3,7 +3,9 @@
 // RemoteExpertSource) instead of the in-process store; needs a container.
 // --record-routing FILE: writes every (position, layer, top-k expert ids) of
 // the run as a routing trace (common/expertstore/cache_sim.h format, one line
-// per position x MoE layer, sorted by position then layer) for `moe bench cache`.
+// per position x MoE layer, sorted by position then layer) for `moe bench cache`,
+// each row preceded by the router look-ahead's prediction of it made at the
+// layer before ("+" lines, trace version 2).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -76,12 +78,23 @@ class RoutingRecorder {
     std::lock_guard<std::mutex> l(mu_);
     rows_[{pos, layer}].assign(experts.begin(), experts.end());
   }
+  // The router look-ahead's prediction for (pos, layer), made at layer - 1.
+  void AddAhead(int layer, int64_t pos, std::span<const int> experts) {
+    std::lock_guard<std::mutex> l(mu_);
+    ahead_[{pos, layer}].assign(experts.begin(), experts.end());
+  }
   absl::Status Write(const std::string& path, const ModelConfig& c) const {
     std::ofstream out(path);
     if (!out) return absl::InvalidArgumentError(absl::StrCat("--record-routing ", path, ": cannot create"));
-    out << "moestream-routing-trace 1 " << c.num_hidden_layers + 1 << " " << c.n_routed_experts << " "
+    // Version 2: each row may be preceded by "+ pos layer ids", the look-ahead.
+    out << "moestream-routing-trace 2 " << c.num_hidden_layers + 1 << " " << c.n_routed_experts << " "
         << c.num_experts_per_tok << "\n";
     for (const auto& [key, ids] : rows_) {
+      if (auto a = ahead_.find(key); a != ahead_.end()) {
+        out << "+ " << key.first << " " << key.second;
+        for (int e : a->second) out << " " << e;
+        out << "\n";
+      }
       out << key.first << " " << key.second;
       for (int e : ids) out << " " << e;
       out << "\n";
@@ -93,7 +106,7 @@ class RoutingRecorder {
 
  private:
   std::mutex mu_;
-  std::map<std::pair<int64_t, int>, std::vector<int>> rows_;
+  std::map<std::pair<int64_t, int>, std::vector<int>> rows_, ahead_;
 };
 
 absl::Status DoRun(int argc, char** argv, bool* help) {
@@ -189,6 +202,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   if (!record_routing.empty()) {
     eng->mutable_model().set_route_tap(
         [&recorder](int layer, int64_t pos, std::span<const int> ids) { recorder.Add(layer, pos, ids); });
+    eng->mutable_model().set_lookahead_tap(
+        [&recorder](int layer, int64_t pos, std::span<const int> ids) { recorder.AddAhead(layer, pos, ids); });
   }
   KvCache cache = resumed ? std::move(*resumed) : eng->NewCache();
   if (cache.num_layers() != eng->config().num_hidden_layers) {
