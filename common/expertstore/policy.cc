@@ -184,10 +184,10 @@ double HeatPolicy::Freq(uint32_t key, double add) const {
 }
 
 double HeatPolicy::HeatScore(uint32_t key) const {
-  double dt = double(now_ - last_[key]);
-  if (cfg_.change_z > 0) return Freq(key, 0) + (last_[key] != 0 && dt <= window_ ? alpha_ : 0.0);
-  if (window_ > 0) return slow_[key] * std::exp2(-dt / slow_hl_) + (last_[key] != 0 && dt <= window_ ? alpha_ : 0.0);
-  return slow_[key] * std::exp2(-dt / slow_hl_) + cfg_.alpha * fast_[key] * std::exp2(-dt / fast_hl_);
+  const double dt = double(now_ - last_[key]);
+  const double freq = Freq(key, 0);
+  if (window_ > 0) return freq + (last_[key] != 0 && dt <= window_ ? alpha_ : 0.0);
+  return freq + cfg_.alpha * fast_[key] * std::exp2(-dt / fast_hl_);
 }
 
 double HeatPolicy::ScoreIfTouched(uint32_t key) const {
@@ -197,7 +197,7 @@ double HeatPolicy::ScoreIfTouched(uint32_t key) const {
     return Logit(x);
   }
   const double dt = double(now_ - last_[key]);
-  const double slow = cfg_.change_z > 0 ? Freq(key, 1.0) : slow_[key] * std::exp2(-dt / slow_hl_) + 1.0;
+  const double slow = Freq(key, 1.0);
   if (window_ > 0) return slow + alpha_;
   return slow + cfg_.alpha * (fast_[key] * std::exp2(-dt / fast_hl_) + 1.0);
 }

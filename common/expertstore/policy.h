@@ -11,13 +11,18 @@
 // alpha for keys used within the last `window_tokens` tokens (the experts of
 // the last token, which routing reuses far above their base rate); the
 // older form, a second decayed count with half-life `fast_tokens` weighted
-// by alpha (LRFU), is kept behind window_tokens = 0. Eviction takes
+// by alpha (LRFU), is kept behind window_tokens = 0. The decayed count is an
+// adaptive window by default (change_z): a steadier 256-token count unless
+// the 64-token one says the expert's popularity changed. Eviction takes
 // the lowest score among unleased, unpinned slabs (ties: least recently
 // used). On skewed GLM-5-shaped traces this beats LRU by several points of
 // hit rate (docs/BENCHMARKS.md ## expertd). Pinned keys are never evicted.
 // Admission for speculative fills (prefetch): a fill may only evict a key
 // whose score is below the score the incoming key would have after one
 // access (a prefetch never evicts an expert hotter than what it brings).
+// Hints keep: an expert named by a look-ahead or current-routing hint is
+// evicted after every unnamed one until its layer's next visit begins
+// (Expect), so a layer's fills do not evict what the next layer will ask for.
 //
 // Learned eviction order (opt-in, `learned`): the heat score above is one
 // fixed guess at "will this expert be used again soon"; which signal matters
