@@ -67,6 +67,24 @@ TEST(HeatPolicy, AdaptiveWindowUsesTheSteadyCountUntilPopularityChanges) {
   EXPECT_LT(p.Score(0), 0.5 * p.Score(1));
 }
 
+// The exponential recency mode (window_tokens 0, LRFU) keeps its recency
+// term under the adaptive window: a key just used once outranks one used
+// twice before it when alpha is large (one access later: the bonus decays,
+// it does not stop).
+TEST(HeatPolicy, ExponentialRecencyModeKeepsItsBonusWithTheAdaptiveWindow) {
+  PolicyConfig c = HeatOrder({1, 8, 0.5, 10.0, 0.0});
+  ASSERT_GT(c.change_z, 0);
+  HeatPolicy p(1, 4, c);
+  for (int i = 0; i < 200; ++i) p.Touch(3);  // past the counts' first half-lives
+  for (uint32_t k : {0u, 0u, 1u, 2u}) p.Touch(k);
+  EXPECT_TRUE(p.EvictBefore(0, 1));
+  c.alpha = 0;
+  HeatPolicy q(1, 4, c);
+  for (int i = 0; i < 200; ++i) q.Touch(3);
+  for (uint32_t k : {0u, 0u, 1u, 2u}) q.Touch(k);
+  EXPECT_TRUE(q.EvictBefore(1, 0));  // frequency alone: 0 (two uses) stays
+}
+
 // A look-ahead hint keeps a cold key past hotter ones until its layer's
 // visit begins; admission (ScoreIfTouched) is not inflated by it.
 TEST(HeatPolicy, LookaheadKeepsPredictedKeysUntilTheirLayerRuns) {
