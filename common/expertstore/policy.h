@@ -42,9 +42,11 @@
 // budgets and ties it on the synthetic GLM-5-shaped trace in replay
 // (docs/BENCHMARKS.md ## expertd). Not the default: it lost to the heat
 // score end to end (2 x 64 GLM-5-shaped slice, 10% budget: 23.8% vs 30.9%
-// hits), also after expertd began to see workers' shm hits in order (the
-// per-session hit log); why it does worse there than in replay of the same
-// routing is not understood yet.
+// hits). The replay reproduces that loss once it leases a row's hits while
+// the row's misses fill, as that bench's worker does, and runs as few
+// tokens as one bench row (40-160): the victims it learns to prefer (keys
+// the row just used) are leased, and it needs hundreds of tokens to
+// converge; over 2,400 tokens it wins there too.
 //
 // Heat (decayed counts; the learned weights too) persists in a file tagged
 // with the model identity; loading a file of another model is refused with
