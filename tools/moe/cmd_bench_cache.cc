@@ -157,8 +157,9 @@ int RunBenchCache(int argc, char** argv) {
               t.top_k, t.num_tokens, (unsigned long)lru.accesses);
   std::printf("budget: %lu slots of %.1f MiB = %.1f%% of the experts\n", (unsigned long)slots,
               expert_bytes / 1048576.0, 100.0 * slots / keys);
-  std::printf("hit rate: LRU %.2f%%  ours (heat) %.2f%%  learned %.2f%%  Belady %.2f%%\n", 100 * lru.hit_rate(),
-              100 * ours.hit_rate(), 100 * learned.hit_rate(), 100 * opt.hit_rate());
+  std::printf("hit rate: LRU %.2f%%  ours (heat) %.2f%%  learned %.2f%%  Belady %.2f%% (without bypass %.2f%%)%s\n",
+              100 * lru.hit_rate(), 100 * ours.hit_rate(), 100 * learned.hit_rate(), 100 * opt.hit_rate(),
+              100 * opt_nb.hit_rate(), t.ahead.empty() ? "" : "  [policies given look-ahead hints]");
   std::printf("LRU->Belady gap closed by ours: %.0f%% (learned order: %.0f%%)   (%.1f s)\n", 100 * closed,
               100 * closed_learned, secs);
   std::printf("static best in hindsight (the trace's most used keys, fixed): %.2f%%, %.0f%% of the gap\n",
