@@ -309,26 +309,12 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
           table_.LeaseForSession(session, s);
           stats_.tier[int(TierId::kRam)].hits++;
           stats_.tier[int(TierId::kRam)].bytes += table_.slab(s).length;
-          if (priv_[s].prefetched) {
-            stats_.prefetch_used++;
-            priv_[s].prefetched = false;
-          }
-          if (priv_[s].lookahead_unresolved) {
-            priv_[s].lookahead_unresolved = false;
-            gate_.Resolved(true);
-          }
+          NoteHintUsedLocked(s);
           out[i] = s;
           break;
         }
         if (state == kSlabFilling) {
-          if (priv_[s].prefetched) {
-            stats_.prefetch_used++;
-            priv_[s].prefetched = false;
-          }
-          if (priv_[s].lookahead_unresolved) {
-            priv_[s].lookahead_unresolved = false;
-            gate_.Resolved(true);
-          }
+          NoteHintUsedLocked(s);
           if (priv_[s].lookahead_fill) {
             // A prediction came true while its read is in flight: its queued
             // chunks become demand reads (lock order store -> engine is safe:
@@ -427,14 +413,19 @@ bool ExpertStore::HasFreeSlabLocked(uint32_t cls) const {
 void ExpertStore::NoteShmUseLocked(int layer, int expert) {
   uint32_t sp1 = table_.entry(layer, expert).slab_plus1.load(std::memory_order_relaxed);
   if (sp1 == 0) return;
-  SlabPriv& p = priv_[sp1 - 1];
-  if (p.lookahead_unresolved && p.lookahead_layer == layer && p.lookahead_expert == expert) {
-    p.lookahead_unresolved = false;
-    gate_.Resolved(true);
-  }
-  if (p.prefetched && p.lookahead_layer == layer && p.lookahead_expert == expert) {
+  const SlabPriv& p = priv_[sp1 - 1];
+  if (p.lookahead_layer == layer && p.lookahead_expert == expert) NoteHintUsedLocked(sp1 - 1);
+}
+
+void ExpertStore::NoteHintUsedLocked(uint32_t slab) {
+  SlabPriv& p = priv_[slab];
+  if (p.prefetched) {
     p.prefetched = false;
     stats_.prefetch_used++;
+  }
+  if (p.lookahead_unresolved) {
+    p.lookahead_unresolved = false;
+    gate_.Resolved(true);
   }
 }
 

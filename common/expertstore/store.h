@@ -73,7 +73,7 @@ struct StoreStats {
   uint64_t prefetch_refused = 0;    // admission said no (victims hotter)
   uint64_t prefetch_promoted = 0;   // look-ahead fills a fetch joined in flight (queued reads became demand)
   uint64_t prefetch_gated = 0;      // look-ahead misses not read: the prefetch gate was closed
-  uint64_t lookahead_kept = 0;      // look-ahead hints for resident experts (kept until their layer ran)
+  uint64_t lookahead_kept = 0;      // look-ahead hints for resident experts (kept until their layer runs)
   bool prefetch_gate_open = true;   // the gate's decision now
   double prefetch_precision = 0;    // the gate's decayed look-ahead precision p
   double demand_busy = 0;           // the gate's decayed share of time fetches waited, u
@@ -138,6 +138,9 @@ class ExpertStore {
   //  * current (`lookahead` false): the routing the worker computed and is
   //    about to fetch: certain, so it is filled like a demand miss (evicts
   //    the coldest unleased slab, not capped), only without a lease.
+  // Both kinds keep every named expert (resident or filled here) until its
+  // layer's next visit begins (HeatPolicy::Expect), marked before any of
+  // the hint's fills picks a victim.
   int Hint(int layer, const std::vector<int>& ids, bool lookahead = true);
 
   absl::Status Pin(int layer, int expert, bool pinned);
@@ -177,6 +180,9 @@ class ExpertStore {
   bool HasFreeSlabLocked(uint32_t cls) const;
   // Workers hit (layer, expert) in shared memory: a prefetch of it was used.
   void NoteShmUseLocked(int layer, int expert);
+  // The hinted fill in `slab` was used (a fetch or a shm lease took it):
+  // counts prefetch_used and a true prediction for the gate, once each.
+  void NoteHintUsedLocked(uint32_t slab);
 
   ExpertStore() = default;
   uint32_t ClassOf(uint64_t length) const;

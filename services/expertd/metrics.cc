@@ -56,7 +56,7 @@ class StoreCollectable final : public prometheus::Collectable {
         double(s.prefetch_promoted));
     add("moe_expertd_prefetch_gated_total", "look-ahead misses not read: prefetch gate closed", T::Counter,
         double(s.prefetch_gated));
-    add("moe_expertd_lookahead_kept_total", "look-ahead hints for resident experts (kept until their layer ran)",
+    add("moe_expertd_lookahead_kept_total", "look-ahead hints for resident experts (kept until their layer runs)",
         T::Counter, double(s.lookahead_kept));
     add("moe_expertd_prefetch_gate_open", "1 while look-ahead hints are read", T::Gauge,
         s.prefetch_gate_open ? 1.0 : 0.0);
