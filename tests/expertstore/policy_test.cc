@@ -247,9 +247,7 @@ TEST(CacheSim, LruAndBeladyOnAKnownSequence) {
 }
 
 TEST(CacheSim, OrderingOnASkewedGlmShapedTrace) {
-  SyntheticTraceConfig c;
-  c.num_layers = 12;
-  c.num_tokens = 600;
+  SyntheticTraceConfig c{.num_layers = 12, .num_tokens = 600};
   auto t = MakeSyntheticTrace(c);
   ASSERT_EQ(t.keys.size(), size_t(12) * 600 * 8);
   uint64_t slots = 12 * 256 / 5;  // 20% of the experts
@@ -272,10 +270,7 @@ TEST(CacheSim, OrderingOnASkewedGlmShapedTrace) {
 // Hits delivered as expertd harvests them: every access (the same order as
 // at once) changes nothing; every 32 accesses the heat score barely moves.
 TEST(CacheSim, HarvestedHitDelivery) {
-  SyntheticTraceConfig c;
-  c.num_layers = 2;
-  c.num_experts = 64;
-  c.num_tokens = 600;
+  SyntheticTraceConfig c{.num_layers = 2, .num_experts = 64, .num_tokens = 600};
   auto t = MakeSyntheticTrace(c);
   for (bool learned : {false, true}) {
     PolicyConfig pc;
@@ -289,11 +284,7 @@ TEST(CacheSim, HarvestedHitDelivery) {
 // Simulated look-ahead predicts the next layer of the same token only, with
 // the given accuracy; right predictions help the policy on recorded routing.
 TEST(CacheSim, LookaheadHints) {
-  SyntheticTraceConfig c;
-  c.num_layers = 3;
-  c.num_experts = 32;
-  c.top_k = 4;
-  c.num_tokens = 50;
+  SyntheticTraceConfig c{.num_layers = 3, .num_experts = 32, .top_k = 4, .num_tokens = 50};
   auto t = MakeSyntheticTrace(c);
   AddLookahead(t, 1.0, 3);
   ASSERT_EQ(t.ahead.size(), size_t(3 * 50));
@@ -329,19 +320,15 @@ TEST(CacheSim, RowLeasesKeepTheRowsKeys) {
   t.num_layers = 1;
   t.num_experts = 4;
   t.top_k = 2;
-  for (int i = 0; i < 5; ++i) t.keys.insert(t.keys.end(), {0, 1});
-  t.keys.insert(t.keys.end(), {2, 0});  // 2's fill evicts the colder of 0 and 1: 0, used last longer ago
+  // Five rows (0, 1), then (2, 0): 2's fill evicts the colder of 0 and 1: 0, used last longer ago.
+  t.keys = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 0};
   EXPECT_EQ(SimulateHeat(t, 2, PolicyConfig{}).hits, 8u);
   EXPECT_EQ(SimulateHeat(t, 2, PolicyConfig{}, 64, 0, /*row_leases=*/true).hits, 9u);  // 0 is leased: 1 goes
 }
 
 TEST(CacheSim, TraceFileRoundTripsAndRejectsGarbage) {
   std::string dir = testing::MakeTempDir("trace");
-  SyntheticTraceConfig c;
-  c.num_layers = 3;
-  c.num_experts = 16;
-  c.top_k = 2;
-  c.num_tokens = 10;
+  SyntheticTraceConfig c{.num_layers = 3, .num_experts = 16, .top_k = 2, .num_tokens = 10};
   auto t = MakeSyntheticTrace(c);
   ASSERT_TRUE(SaveTrace(t, dir + "/t.txt").ok());
   auto u = LoadTrace(dir + "/t.txt");
