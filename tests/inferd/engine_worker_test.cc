@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 
@@ -108,6 +109,42 @@ TEST(InferdEngine, BatchedAndPrefixReusedSequencesMatchTheEngine) {
   EXPECT_GE(c2.fin.cached_prompt_tokens, static_cast<int32_t>(p1.size()));
 }
 
+// A model whose first step waits until Release(): sequences submitted
+// before that are all active from the second step on, however the
+// submitting thread is scheduled (a 2-core CI box once ran the batched test
+// below with only 2 sequences at once).
+class HeldModel : public inferd::SequenceModel {
+ public:
+  explicit HeldModel(inferd::SequenceModel* m) : m_(m) {}
+  void Release() {
+    std::lock_guard<std::mutex> l(mu_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  std::string name() const override { return m_->name(); }
+  int32_t vocab_size() const override { return m_->vocab_size(); }
+  int64_t max_context() const override { return m_->max_context(); }
+  std::unique_ptr<inferd::SeqState> NewState() override { return m_->NewState(); }
+  absl::StatusOr<std::unique_ptr<inferd::SeqState>> Clone(const inferd::SeqState& st, int64_t n) override {
+    return m_->Clone(st, n);
+  }
+  absl::Status Forward(std::span<Item> items) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return !held_; });
+    }
+    return m_->Forward(items);
+  }
+  double expert_hit_rate() const override { return m_->expert_hit_rate(); }
+  int64_t expert_fetches() const override { return m_->expert_fetches(); }
+
+ private:
+  inferd::SequenceModel* m_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = true;
+};
+
 // Continuous batching for real: the batched run gives every sequence the
 // same tokens as running it alone, and shares routed-expert fetches (one per
 // distinct (layer, expert) per step), so it fetches fewer than the same
@@ -119,16 +156,19 @@ TEST(InferdEngine, BatchedStepsShareExpertFetches) {
     auto m = inferd::EngineModel::Open(TinyDir(), EngineConfig{}, 0);
     EXPECT_TRUE(m.ok()) << m.status();
     (*m)->set_batched_forward(fused);
+    HeldModel held(m->get());
+    if (!together) held.Release();
     inferd::BatcherConfig bc;
     bc.prefill_chunk = chunk;
     bc.prefix_cache_bytes = 0;  // no prefix reuse: compare the same work
-    inferd::Batcher b(m->get(), bc);
+    inferd::Batcher b(&held, bc);
     std::vector<std::unique_ptr<Collect>> cs;
     for (size_t i = 0; i < prompts.size(); ++i) {
       cs.push_back(std::make_unique<Collect>());
       EXPECT_TRUE(b.Submit(Greedy(std::to_string(i), prompts[i], 10), cs.back()->Cb()).ok());
       if (!together) cs.back()->Wait();
     }
+    held.Release();
     std::vector<std::vector<int32_t>> out;
     for (auto& c : cs) {
       c->Wait();
