@@ -246,11 +246,17 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots) {
   return r;
 }
 
-SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample, uint64_t harvest_every,
-                       bool row_leases) {
+SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, const ReplayOptions& o) {
   SimResult r;
   c.accesses_per_token = double(t.num_layers) * t.top_k;
   HeatPolicy p(t.num_layers, t.num_experts, c);
+  if (o.warm_heat) {
+    r.status = p.Restore(*o.warm_heat, kReplayModelId, "warm heat");
+    if (!r.status.ok()) return r;
+  }
+  const int sample = o.sample;
+  const uint64_t harvest_every = o.harvest_every;
+  const bool row_leases = o.row_leases;
   ResidentSet res(size_t(t.num_layers) * t.num_experts);
   std::vector<uint32_t> unseen_hits(harvest_every ? size_t(t.num_layers) * t.num_experts : 0, 0);
   std::mt19937_64 rng(7);
@@ -296,6 +302,7 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, in
     p.Filled(k);
   }
   if (c.learned) r.weights.assign(p.weights(), p.weights() + HeatPolicy::kFeatures);
+  r.heat = p.Snapshot(kReplayModelId);
   return r;
 }
 

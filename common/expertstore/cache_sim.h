@@ -65,26 +65,40 @@ struct SimResult {
   uint64_t hits = 0;
   double hit_rate() const { return accesses ? double(hits) / double(accesses) : 0.0; }
   std::vector<double> weights;  // SimulateHeat, learned order: the model's final weights
+  std::string heat;             // SimulateHeat: the policy's persisted state at the end
+  absl::Status status;          // SimulateHeat: a warm state that could not be restored
 };
 
 SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
-// Our policy (learned or heat order, per c.learned) with sampled eviction (the lowest score among `sample` random
-// residents, as exact scans over thousands of slots per miss make long
-// replays slow; expertd itself scans exactly, which can only do better).
-// The learned order is trained as in expertd: one random resident observed
-// per access, fills and evictions reported.
-// accesses_per_token is taken from the trace.
-// harvest_every > 0 delivers hits to the policy the way expertd sees workers'
-// shared-memory leases: counted per key and handed over every that many
-// accesses, in key order (misses reach it at once, as FetchExperts does).
-// t.ahead, when present, reaches the policy as look-ahead hints
-// (HeatPolicy::Expect) before each row, as expertd gets them.
-// row_leases: a row's keys are never victims of its own misses, as when the
-// worker leases the row's hits before it fetches the misses (`moe bench
-// e2e`'s worker; the engine instead leases one expert at a time). This
-// matters only when the cache holds a few rows (tiny traces at 6-10 slots).
-SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, int sample = 64,
-                       uint64_t harvest_every = 0, bool row_leases = false);
+
+struct ReplayOptions {
+  // Eviction candidates sampled per miss (the lowest score among `sample`
+  // random residents: exact scans over thousands of slots per miss make long
+  // replays slow; expertd itself scans exactly, which can only do better).
+  int sample = 64;
+  // > 0: hits reach the policy the way expertd sees workers' shared-memory
+  // leases: counted per key and handed over every that many accesses, in key
+  // order (misses reach it at once, as FetchExperts does).
+  uint64_t harvest_every = 0;
+  // A row's keys are never victims of its own misses, as when the worker
+  // leases the row's hits before it fetches the misses (`moe bench e2e`'s
+  // worker; the engine instead leases one expert at a time). This matters
+  // only when the cache holds a few rows (tiny traces at 6-10 slots).
+  bool row_leases = false;
+  // Set: the policy starts from this persisted state (a heat file's
+  // bytes, HeatPolicy::Snapshot), as expertd restarted with --heat-file;
+  // the cache itself starts empty. Its model identity must be kWarmModelId.
+  const std::string* warm_heat = nullptr;
+};
+inline constexpr char kReplayModelId[] = "moe-bench-cache-replay";
+
+// Our policy (learned or heat order, per c.learned). The learned order is
+// trained as in expertd: one random resident observed per access, fills and
+// evictions reported. accesses_per_token is taken from the trace. t.ahead,
+// when present, reaches the policy as look-ahead hints (HeatPolicy::Expect)
+// before each row, as expertd gets them. SimResult::heat is the policy's
+// persisted state at the end (what expertd would save).
+SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, const ReplayOptions& o = {});
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass = true);
 // The best fixed placement in hindsight: the `slots` keys the whole trace
 // uses most, each kept from its first use (a compulsory miss, as for the

@@ -202,23 +202,35 @@ double HeatPolicy::ScoreIfTouched(uint32_t key) const {
   return slow + cfg_.alpha * (fast_[key] * std::exp2(-dt / fast_hl_) + 1.0);
 }
 
-absl::Status HeatPolicy::Save(const std::string& path, const std::string& model_id) const {
+std::string HeatPolicy::Snapshot(const std::string& model_id) const {
   HeatFileHeader h{};
   h.magic = kHeatMagic;
   h.version = kHeatVersion;
   h.num_layers = num_layers_;
   h.num_experts = num_experts_;
   std::strncpy(h.model_id, model_id.c_str(), sizeof(h.model_id) - 1);
-  // Persist the slow (frequency) term only; recency does not survive a restart.
-  std::vector<double> heat(slow_.size());
-  for (uint32_t k = 0; k < heat.size(); ++k) heat[k] = slow_[k] * std::exp2(-double(now_ - last_[k]) / slow_hl_);
+  // The frequency term only, decayed to now; recency does not survive a
+  // restart. (Persisting the 256/512-token counts and the recency bonus too
+  // changed warm-started replays by -2..+2 points: not kept.)
+  const size_t n = slow_.size();
+  std::vector<double> heat(n);
+  for (uint32_t k = 0; k < n; ++k) heat[k] = slow_[k] * std::exp2(-double(now_ - last_[k]) / slow_hl_);
+  std::string out;
+  out.reserve(sizeof h + n * 9 + sizeof w_);
+  auto put = [&out](const void* p, size_t bytes) { out.append(static_cast<const char*>(p), bytes); };
+  put(&h, sizeof h);
+  put(heat.data(), n * 8);
+  put(pinned_.data(), n);
+  put(w_, sizeof w_);
+  return out;
+}
+
+absl::Status HeatPolicy::Save(const std::string& path, const std::string& model_id) const {
+  const std::string bytes = Snapshot(model_id);
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(absl::StrCat("heat file ", tmp, ": cannot create"));
-  bool ok = ::write(fd, &h, sizeof h) == ssize_t(sizeof h) &&
-            ::write(fd, heat.data(), heat.size() * 8) == ssize_t(heat.size() * 8) &&
-            ::write(fd, pinned_.data(), pinned_.size()) == ssize_t(pinned_.size()) &&
-            ::write(fd, w_, sizeof w_) == ssize_t(sizeof w_) && ::fsync(fd) == 0;
+  bool ok = ::write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0)
     return absl::InternalError(absl::StrCat("heat file ", path, ": write failed"));
@@ -228,37 +240,46 @@ absl::Status HeatPolicy::Save(const std::string& path, const std::string& model_
 absl::Status HeatPolicy::Load(const std::string& path, const std::string& model_id) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("heat file ", path, ": cannot open"));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return Restore(bytes, model_id, absl::StrCat("heat file ", path));
+}
+
+absl::Status HeatPolicy::Restore(std::string_view bytes, const std::string& model_id, const std::string& source) {
   HeatFileHeader h{};
-  if (!in.read(reinterpret_cast<char*>(&h), sizeof h) || h.magic != kHeatMagic)
-    return absl::DataLossError(absl::StrCat("heat file ", path, ": bad magic"));
+  if (bytes.size() < sizeof h) return absl::DataLossError(absl::StrCat(source, ": bad magic"));
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (h.magic != kHeatMagic) return absl::DataLossError(absl::StrCat(source, ": bad magic"));
   if (h.version != kHeatVersion)
     return absl::FailedPreconditionError(
-        absl::StrCat("heat file ", path, ": version ", h.version, ", this expertd reads version ", kHeatVersion));
+        absl::StrCat(source, ": version ", h.version, ", this expertd reads version ", kHeatVersion));
   h.model_id[sizeof(h.model_id) - 1] = 0;
   if (model_id != h.model_id)
     return absl::FailedPreconditionError(
-        absl::StrCat("heat file ", path, " belongs to model '", h.model_id, "', not '", model_id, "'"));
+        absl::StrCat(source, " belongs to model '", h.model_id, "', not '", model_id, "'"));
   if (h.num_layers != num_layers_ || h.num_experts != num_experts_)
-    return absl::FailedPreconditionError(absl::StrCat("heat file ", path, ": shape ", h.num_layers, "x",
-                                                      h.num_experts, " differs from ", num_layers_, "x",
-                                                      num_experts_));
-  std::vector<double> heat(slow_.size());
-  std::vector<uint8_t> pinned(slow_.size());
+    return absl::FailedPreconditionError(absl::StrCat(source, ": shape ", h.num_layers, "x", h.num_experts,
+                                                      " differs from ", num_layers_, "x", num_experts_));
+  const size_t n = slow_.size();
+  const size_t want = sizeof h + n * 9 + sizeof w_;
+  if (bytes.size() != want)
+    return absl::DataLossError(absl::StrCat(source, ": ", bytes.size(), " bytes where this shape has ", want,
+                                            bytes.size() < want ? " (truncated)" : ""));
+  std::vector<double> heat(n);
+  std::vector<uint8_t> pinned(n);
   double w[kFeatures];
-  if (!in.read(reinterpret_cast<char*>(heat.data()), heat.size() * 8) ||
-      !in.read(reinterpret_cast<char*>(pinned.data()), pinned.size()) ||
-      !in.read(reinterpret_cast<char*>(w), sizeof w))
-    return absl::DataLossError(absl::StrCat("heat file ", path, ": truncated"));
-  for (uint32_t k = 0; k < heat.size(); ++k) {
-    if (!(heat[k] >= 0 && heat[k] < 1e300))
-      return absl::DataLossError(absl::StrCat("heat file ", path, ": bad heat value"));
+  const char* at = bytes.data() + sizeof h;
+  std::memcpy(heat.data(), at, n * 8);
+  std::memcpy(pinned.data(), at + n * 8, n);
+  std::memcpy(w, at + n * 9, sizeof w);
+  for (double v : heat) {
+    if (!(v >= 0 && v < 1e300)) return absl::DataLossError(absl::StrCat(source, ": bad heat value"));
   }
   for (double v : w) {
-    if (!std::isfinite(v)) return absl::DataLossError(absl::StrCat("heat file ", path, ": bad model weight"));
+    if (!std::isfinite(v)) return absl::DataLossError(absl::StrCat(source, ": bad model weight"));
   }
   std::copy(w, w + kFeatures, w_);
   counts_full_ = true;
-  for (uint32_t k = 0; k < heat.size(); ++k) {
+  for (size_t k = 0; k < n; ++k) {
     slow_[k] = heat[k];
     // The other counts restart from the same estimate of the rate.
     quick_[k] = heat[k] * quick_hl_ / slow_hl_;

@@ -48,8 +48,8 @@
 // the row just used) are leased, and it needs hundreds of tokens to
 // converge; over 2,400 tokens it wins there too.
 //
-// Heat (decayed counts; the learned weights too) persists in a file tagged
-// with the model identity; loading a file of another model is refused with
+// Heat (the decayed count; the learned weights too) persists in a file
+// tagged with the model identity; loading a file of another model is refused with
 // FailedPrecondition (callers warn and start cold).
 //
 // Thread safety: none; the store serializes access.
@@ -60,6 +60,7 @@
 #include <deque>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -171,6 +172,12 @@ class HeatPolicy {
   void SetPinned(uint32_t key, bool pinned) { pinned_[key] = pinned; }
   bool pinned(uint32_t key) const { return pinned_[key] != 0; }
 
+  // The persisted state (the heat file's bytes): the decayed count, pins
+  // and the learned weights. Restore refuses another model's or shape's
+  // state (FailedPrecondition) and damaged bytes (DataLoss), naming `source`,
+  // and changes nothing then. Save writes atomically (tmp + fsync + rename).
+  std::string Snapshot(const std::string& model_id) const;
+  absl::Status Restore(std::string_view bytes, const std::string& model_id, const std::string& source);
   absl::Status Save(const std::string& path, const std::string& model_id) const;
   absl::Status Load(const std::string& path, const std::string& model_id);
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -156,6 +158,40 @@ TEST(HeatPolicy, PersistsAndRefusesAnotherModel) {
   EXPECT_EQ(wrong_shape.Load(dir + "/heat.bin", "model-A").code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Snapshot/Restore are the heat file's bytes (the replay's warm start uses
+// them without a file): a restored policy snapshots to the same bytes;
+// damaged or foreign bytes are refused with their cause and change nothing.
+TEST(HeatPolicy, SnapshotRoundTripsAndRefusesDamage) {
+  PolicyConfig c;
+  c.accesses_per_token = 2;
+  HeatPolicy p(2, 8, c);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 600; ++i) p.Touch(p.index(i % 2, int(rng() % 8)));
+  p.SetPinned(5, true);
+  const std::string snap = p.Snapshot("m");
+  ASSERT_EQ(snap.size(), 152 + 16 * 9 + HeatPolicy::kFeatures * 8);
+  HeatPolicy q(2, 8, c);
+  ASSERT_TRUE(q.Restore(snap, "m", "test state").ok());
+  EXPECT_EQ(q.Snapshot("m"), snap);
+  for (uint32_t k = 0; k < 16; ++k) EXPECT_DOUBLE_EQ(q.Heat(k), p.Heat(k)) << k;
+  EXPECT_TRUE(q.pinned(5));
+  HeatPolicy r(2, 8, c);
+  auto s = r.Restore(snap.substr(0, snap.size() - 1), "m", "test state");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(s.message()).find("test state: "), std::string::npos) << s.message();
+  EXPECT_NE(std::string(s.message()).find("(truncated)"), std::string::npos) << s.message();
+  EXPECT_EQ(r.Restore(snap + "x", "m", "t").code(), absl::StatusCode::kDataLoss);
+  std::string nan = snap;
+  const double bad = std::nan("");
+  std::memcpy(nan.data() + 152 + 3 * 8, &bad, 8);  // key 3's count
+  s = r.Restore(nan, "m", "t");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(s.message()).find("bad heat value"), std::string::npos) << s.message();
+  EXPECT_EQ(r.Restore("MOEHEAT", "m", "t").code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(r.Restore(snap, "other", "t").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.Snapshot("m"), HeatPolicy(2, 8, c).Snapshot("m"));  // nothing half-restored
+}
+
 // A pure cycle: every token uses all 4 experts of each of 4 layers in order,
 // and the cache holds 12 of the 16. LRU always evicts exactly the key needed
 // next (0 hits); the right order evicts keys of the layer just visited, as
@@ -267,6 +303,30 @@ TEST(CacheSim, OrderingOnASkewedGlmShapedTrace) {
   EXPECT_GT(counts.hit_rate(), lru.hit_rate());
 }
 
+// A restart with the heat an earlier run of the same workload left: the
+// policy knows the popular experts from the first token (stable popularity,
+// short run), and the warm state must be of the replay's own identity.
+TEST(CacheSim, WarmHeatFromAnEarlierRun) {
+  SyntheticTraceConfig c{.num_layers = 2, .num_experts = 64, .num_tokens = 60, .zipf_s = 1.1, .keep_prob = 0.1,
+                         .phase_shuffle = 0};
+  auto t = MakeSyntheticTrace(c);
+  c.num_tokens = 1000;
+  c.draw_seed = 99;  // the same popularity, other draws: another prompt
+  auto earlier = MakeSyntheticTrace(c);
+  PolicyConfig pc;
+  const SimResult before = SimulateHeat(earlier, 24, pc);
+  ASSERT_TRUE(before.status.ok());
+  const SimResult cold = SimulateHeat(t, 24, pc);
+  const SimResult warm = SimulateHeat(t, 24, pc, {.warm_heat = &before.heat});
+  ASSERT_TRUE(warm.status.ok()) << warm.status;
+  EXPECT_GT(warm.hit_rate(), cold.hit_rate() + 0.02) << warm.hit_rate() << " vs " << cold.hit_rate();
+  HeatPolicy other(2, 64);
+  const std::string foreign = other.Snapshot("another model");
+  const SimResult refused = SimulateHeat(t, 24, pc, {.warm_heat = &foreign});
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.accesses, 0u);
+}
+
 // Hits delivered as expertd harvests them: every access (the same order as
 // at once) changes nothing; every 32 accesses the heat score barely moves.
 TEST(CacheSim, HarvestedHitDelivery) {
@@ -275,10 +335,10 @@ TEST(CacheSim, HarvestedHitDelivery) {
   for (bool learned : {false, true}) {
     PolicyConfig pc;
     pc.learned = learned;
-    EXPECT_EQ(SimulateHeat(t, 12, pc, 64, 1).hits, SimulateHeat(t, 12, pc, 64, 0).hits) << learned;
+    EXPECT_EQ(SimulateHeat(t, 12, pc, {.harvest_every = 1}).hits, SimulateHeat(t, 12, pc).hits) << learned;
   }
   PolicyConfig heat;
-  EXPECT_NEAR(SimulateHeat(t, 12, heat, 64, 32).hit_rate(), SimulateHeat(t, 12, heat, 64, 0).hit_rate(), 0.04);
+  EXPECT_NEAR(SimulateHeat(t, 12, heat, {.harvest_every = 32}).hit_rate(), SimulateHeat(t, 12, heat).hit_rate(), 0.04);
 }
 
 // Simulated look-ahead predicts the next layer of the same token only, with
@@ -323,7 +383,7 @@ TEST(CacheSim, RowLeasesKeepTheRowsKeys) {
   // Five rows (0, 1), then (2, 0): 2's fill evicts the colder of 0 and 1: 0, used last longer ago.
   t.keys = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 0};
   EXPECT_EQ(SimulateHeat(t, 2, PolicyConfig{}).hits, 8u);
-  EXPECT_EQ(SimulateHeat(t, 2, PolicyConfig{}, 64, 0, /*row_leases=*/true).hits, 9u);  // 0 is leased: 1 goes
+  EXPECT_EQ(SimulateHeat(t, 2, PolicyConfig{}, {.row_leases = true}).hits, 9u);  // 0 is leased: 1 goes
 }
 
 TEST(CacheSim, TraceFileRoundTripsAndRejectsGarbage) {

@@ -16,7 +16,7 @@ namespace moe::cli {
 
 int RunBenchCache(int argc, char** argv) {
   using namespace expertstore;
-  std::string trace_path, save;
+  std::string trace_path, save, warm_path;
   bool synthetic = false, json = false;
   uint64_t budget = 0, expert_bytes = 19ull << 20;
   int64_t tokens = 2000, layers = 75, experts = 256, harvest_every = 0, seed = 1, sample = 64;
@@ -53,6 +53,9 @@ int RunBenchCache(int argc, char** argv) {
                "policy: replay the trace's recorded router look-ahead (version 2 traces, moe run --record-routing)");
   flags.AddBool("row-leases", &row_leases,
                "policy: a row's (token x layer's) keys are not victims of its own misses (worker leases hits first)");
+  flags.AddString("warm-trace", &warm_path,
+                  "policy: also replay with the heat this routing trace leaves (same model), as expertd restarted "
+                  "with a heat file saved after serving it");
   flags.AddBool("json", &json, "print JSON");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
@@ -92,6 +95,19 @@ int RunBenchCache(int argc, char** argv) {
     if (!r.ok()) return Fail("bench cache", r.status());
     t = std::move(*r);
   }
+  RoutingTrace warm;
+  if (!warm_path.empty()) {
+    auto r = LoadTrace(warm_path);
+    if (!r.ok()) return Fail("bench cache", r.status());
+    warm = std::move(*r);
+    if (warm.num_layers != t.num_layers || warm.num_experts != t.num_experts || warm.top_k != t.top_k)
+      return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat(
+                                     "--warm-trace ", warm_path, " is ", warm.num_layers, " layers x ",
+                                     warm.num_experts, " experts, top-", warm.top_k, "; the replayed trace is ",
+                                     t.num_layers, " x ", t.num_experts, ", top-", t.top_k, " (another model)")));
+    if (!recorded_lookahead) warm.ahead.clear();
+    if (lookahead > 0) AddLookahead(warm, lookahead, 12);
+  }
   if (recorded_lookahead && t.ahead.empty())
     return Fail("bench cache", absl::InvalidArgumentError(
                                    "--lookahead: the trace has no recorded look-ahead (version 1, or synthetic: use "
@@ -110,10 +126,22 @@ int RunBenchCache(int argc, char** argv) {
   pc.change_z = change_z;
   pc.steady_tokens = steady;
   pc.learned = false;
-  const uint64_t harvest = static_cast<uint64_t>(harvest_every);
-  auto ours = SimulateHeat(t, slots, pc, cands, harvest, row_leases);  // expertd's default order: the heat score
+  const ReplayOptions ro{.sample = cands, .harvest_every = static_cast<uint64_t>(harvest_every), .row_leases = row_leases};
+  auto ours = SimulateHeat(t, slots, pc, ro);  // expertd's default order: the heat score
   pc.learned = true;
-  auto learned = SimulateHeat(t, slots, pc, cands, harvest, row_leases);  // expertd --policy learned
+  auto learned = SimulateHeat(t, slots, pc, ro);  // expertd --policy learned
+  // Warm: the policy restored from the heat the warm trace's replay left.
+  SimResult ours_warm, learned_warm;
+  if (!warm_path.empty()) {
+    for (bool l : {false, true}) {
+      pc.learned = l;
+      const std::string heat = SimulateHeat(warm, slots, pc, ro).heat;
+      ReplayOptions w = ro;
+      w.warm_heat = &heat;
+      (l ? learned_warm : ours_warm) = SimulateHeat(t, slots, pc, w);
+      if (auto st = (l ? learned_warm : ours_warm).status; !st.ok()) return Fail("bench cache", st);
+    }
+  }
   auto opt = SimulateBelady(t, slots);
   auto opt_nb = SimulateBelady(t, slots, false);
   auto fixed = SimulateStaticBest(t, slots);
@@ -127,6 +155,7 @@ int RunBenchCache(int argc, char** argv) {
   double gap = opt.hit_rate() - lru.hit_rate();
   double closed = gap > 0 ? (ours.hit_rate() - lru.hit_rate()) / gap : 0.0;
   double closed_learned = gap > 0 ? (learned.hit_rate() - lru.hit_rate()) / gap : 0.0;
+  auto closed_by = [&](const SimResult& x) { return gap > 0 ? (x.hit_rate() - lru.hit_rate()) / gap : 0.0; };
   if (json) {
     nlohmann::json j = {{"trace", synthetic ? "synthetic" : trace_path},
                         {"layers", t.num_layers},
@@ -150,6 +179,13 @@ int RunBenchCache(int argc, char** argv) {
                         {"gap_closed_phase_counts",
                          synthetic && gap > 0 ? (phase_counts.hit_rate() - lru.hit_rate()) / gap : 0.0},
                         {"seconds", secs}};
+    if (!warm_path.empty()) {
+      j["warm_trace"] = warm_path;
+      j["hit_rate"]["ours_warm"] = ours_warm.hit_rate();
+      j["hit_rate"]["learned_warm"] = learned_warm.hit_rate();
+      j["gap_closed_warm"] = closed_by(ours_warm);
+      j["gap_closed_learned_warm"] = closed_by(learned_warm);
+    }
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
@@ -164,6 +200,10 @@ int RunBenchCache(int argc, char** argv) {
               100 * closed_learned, secs);
   std::printf("static best in hindsight (the trace's most used keys, fixed): %.2f%%, %.0f%% of the gap\n",
               100 * fixed.hit_rate(), gap > 0 ? 100 * (fixed.hit_rate() - lru.hit_rate()) / gap : 0.0);
+  if (!warm_path.empty())
+    std::printf("warm (heat left by %s): ours %.2f%%, %.0f%% of the gap; learned %.2f%%, %.0f%%\n", warm_path.c_str(),
+                100 * ours_warm.hit_rate(), 100 * closed_by(ours_warm), 100 * learned_warm.hit_rate(),
+                100 * closed_by(learned_warm));
   if (synthetic) {
     std::printf("informed bound (told each phase's expected popularity and the reuse chance): %.2f%%, %.0f%% of the gap\n",
                 100 * informed.hit_rate(), gap > 0 ? 100 * (informed.hit_rate() - lru.hit_rate()) / gap : 0.0);
