@@ -85,7 +85,10 @@ class MoeRunExpertd : public ::testing::Test {
 
   void StartExpertd(uint64_t budget_bytes, const std::string& manifest = "", const std::string& top_k = "4") {
     StopExpertd();
-    sock_ = (dir_ / ("e" + std::to_string(++starts_) + ".sock")).string();
+    std::string name = "e";  // appended, not "e" + ...: g++ 12 warns a false -Wrestrict on that
+    name += std::to_string(++starts_);
+    name += ".sock";
+    sock_ = (dir_ / name).string();
     std::vector<std::string> args = {kExpertd, manifest.empty() ? "--model" : "--manifest",
                                      manifest.empty() ? container() : manifest, "--socket", sock_, "--budget",
                                      std::to_string(budget_bytes), "--top-k", top_k, "--log-level", "warning"};
