@@ -329,38 +329,50 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
     }
   } else {
     // Absorbed form: q_lat = q_nope . W_UK (rkv), score = q_lat . c + q_pe . k_pe,
-    // ctx = sum p c, o = W_UV . ctx. All f32.
-    std::vector<float> wkvb(nh * (dn + dv) * rkv);
-    for (int64_t r = 0; r < nh * (dn + dv); ++r) DequantRow(lw.kv_b.m, r, wkvb.data() + r * rkv);
-#pragma omp parallel for collapse(2) schedule(static) if (S * nh * T * (dq + dv) > (1 << 18))
-    for (int64_t s = 0; s < S; ++s) {
+    // ctx = sum p c, o = W_UV . ctx. All f32. Heads are independent: each
+    // thread dequantizes one head's kv_b rows ((dn + dv) x rkv, ~0.9 MB at
+    // GLM-5's shapes: stays in L2) and runs every row against them, so kv_b
+    // is read once per step and never expanded whole (58 MB at GLM-5's).
+    const std::vector<std::vector<int32_t>> keys = [&] {
+      std::vector<std::vector<int32_t>> k(S);
+      for (int64_t s = 0; s < S; ++s) k[s] = keys_of(s);
+      return k;
+    }();
+#pragma omp parallel if (S * nh * T * (dq + dv) > (1 << 18))
+    {
+      std::vector<float> wh((dn + dv) * rkv), ql(rkv), ctx(rkv), sc;
+#pragma omp for schedule(static)
       for (int64_t h = 0; h < nh; ++h) {
-        const auto keys = keys_of(s);
-        const float* qh = q + (s * nh + h) * dq;
-        const float* wh = wkvb.data() + h * (dn + dv) * rkv;
-        std::vector<float> ql(rkv, 0.0f), ctx(rkv, 0.0f), sc(keys.size());
-        for (int64_t d = 0; d < dn; ++d) {
-          for (int64_t r = 0; r < rkv; ++r) ql[r] += qh[d] * wh[d * rkv + r];
+        for (int64_t r = 0; r < dn + dv; ++r) DequantRow(lw.kv_b.m, h * (dn + dv) + r, wh.data() + r * rkv);
+        for (int64_t s = 0; s < S; ++s) {
+          const float* qh = q + (s * nh + h) * dq;
+          const auto& ks = keys[s];
+          std::fill(ql.begin(), ql.end(), 0.0f);
+          std::fill(ctx.begin(), ctx.end(), 0.0f);
+          sc.assign(ks.size(), 0.0f);
+          for (int64_t d = 0; d < dn; ++d) {
+            for (int64_t r = 0; r < rkv; ++r) ql[r] += qh[d] * wh[d * rkv + r];
+          }
+          float mx = -INFINITY;
+          for (size_t i = 0; i < ks.size(); ++i) {
+            const int64_t t = ks[i];
+            // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
+            sc[i] = R(R(DotF32(ql.data(), lats.data() + t * rkv, rkv) + DotF32(qh + dn, kpe.data() + t * dr, dr)) * scale);
+            mx = std::max(mx, sc[i]);
+          }
+          float sum = 0;
+          for (float& v : sc) {
+            v = std::exp(v - mx);
+            sum += v;
+          }
+          for (size_t i = 0; i < ks.size(); ++i) {
+            const float p = R(sc[i] / sum);
+            const float* cl = lats.data() + ks[i] * rkv;
+            for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
+          }
+          float* o = attn + (s * nh + h) * dv;
+          for (int64_t d = 0; d < dv; ++d) o[d] = R(DotF32(wh.data() + (dn + d) * rkv, ctx.data(), rkv));
         }
-        float mx = -INFINITY;
-        for (size_t i = 0; i < keys.size(); ++i) {
-          const int64_t t = keys[i];
-          // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
-          sc[i] = R(R(DotF32(ql.data(), lats.data() + t * rkv, rkv) + DotF32(qh + dn, kpe.data() + t * dr, dr)) * scale);
-          mx = std::max(mx, sc[i]);
-        }
-        float sum = 0;
-        for (float& v : sc) {
-          v = std::exp(v - mx);
-          sum += v;
-        }
-        for (size_t i = 0; i < keys.size(); ++i) {
-          const float p = R(sc[i] / sum);
-          const float* cl = lats.data() + keys[i] * rkv;
-          for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
-        }
-        float* o = attn + (s * nh + h) * dv;
-        for (int64_t d = 0; d < dv; ++d) o[d] = R(DotF32(wh + (dn + d) * rkv, ctx.data(), rkv));
       }
     }
   }

@@ -113,6 +113,15 @@ TEST(FormatQuantizeTest, DecodesEveryCodeIncludingMinusQmaxMinusOne) {
   DequantizeRow(QFormat::kQ8Row, data.data(), &scale, 256, out8.data());
   for (int j = 0; j < 256; ++j) EXPECT_EQ(out8[j], static_cast<int8_t>(j) * 0.5f);
   EXPECT_EQ(out8[128], -64.0f);  // -128 * 0.5: the -qmax-1 code
+  // Grouped: each group takes its own scale, the last one partial (70 = 32 + 32 + 6).
+  const float gs[3] = {0.5f, -2.0f, 3.0f};
+  std::vector<float> g8(70), g4(70);
+  DequantizeRow(QFormat::kQ8G32, data.data(), gs, 70, g8.data());
+  DequantizeRow(QFormat::kQ4G32, data.data(), gs, 70, g4.data());
+  for (int i = 0; i < 70; ++i) {
+    EXPECT_EQ(g8[i], static_cast<int8_t>(i) * gs[i / 32]) << i;
+    EXPECT_EQ(g4[i], (((data[i / 2] >> (4 * (i & 1))) & 15) - 8) * gs[i / 32]) << i;
+  }
 }
 
 TEST(FormatQuantizeTest, ClampsAndSaturatesAtQmax) {

@@ -116,11 +116,15 @@ TEST_P(BatchForward, EverySequenceMatchesItselfAloneBitForBit) {
   struct Case {
     Numerics num;
     std::optional<QFormat> quant;  // dense + experts re-stored in an integer format (kernels path)
+    AttentionPath attention;
   };
-  for (const Case& cs : {Case{Numerics::kHfBf16, std::nullopt}, Case{Numerics::kF32, std::nullopt},
-                         Case{Numerics::kHfBf16, QFormat::kQ4G32}}) {
+  constexpr AttentionPath kEx = AttentionPath::kExplicit, kAb = AttentionPath::kAbsorbed;
+  for (const Case& cs : {Case{Numerics::kHfBf16, std::nullopt, kEx}, Case{Numerics::kF32, std::nullopt, kEx},
+                         Case{Numerics::kHfBf16, QFormat::kQ4G32, kEx}, Case{Numerics::kHfBf16, std::nullopt, kAb},
+                         Case{Numerics::kHfBf16, QFormat::kQ4G32, kAb}}) {
     EngineConfig ec;
     ec.numerics = cs.num;
+    ec.attention = cs.attention;
     ec.dense_format = cs.quant;
     ec.expert_format = cs.quant;
     auto e = Engine::Open(dir_, ec);
@@ -139,7 +143,8 @@ TEST_P(BatchForward, EverySequenceMatchesItselfAloneBitForBit) {
       EXPECT_GE(widest, 2);
       for (size_t i = 0; i < kPrompts.size(); ++i) {
         const std::string what = absl::StrCat("seq ", i, " chunk ", comp.chunk, " numerics ",
-                                              static_cast<int>(cs.num), " quant ", cs.quant.has_value());
+                                              static_cast<int>(cs.num), " quant ", cs.quant.has_value(),
+                                              cs.attention == kAb ? " absorbed" : " explicit");
         EXPECT_EQ(got[i].tokens, ref[i].tokens) << what;
         ASSERT_EQ(got[i].logits.size(), ref[i].logits.size()) << what;
         for (size_t t = 0; t < ref[i].logits.size(); ++t) {
