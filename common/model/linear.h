@@ -33,6 +33,14 @@ inline float DotF32(const float* a, const float* b, int64_t n) {
 
 void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y);
 
+// out[j] = DotF32(a + j * lda, b, n) for j < m, the same bits as DotF32,
+// several dots interleaved (the absorbed MLA path's scores and outputs: many
+// heads against one latent). Cloned for AVX2 without FMA: the same IEEE
+// operations in the same order, so the clone chosen never changes a bit.
+void DotF32Many(const float* a, int64_t lda, int64_t m, const float* b, int64_t n, float* out);
+// y[i] += a * x[i] (a product, then a sum: never fused). Cloned like DotF32Many.
+void AxpyF32(float a, const float* x, int64_t n, float* y);
+
 // Dequantizes row r of W into out[cols] (f32).
 void DequantRow(const WeightMatrix& w, int64_t r, float* out);
 

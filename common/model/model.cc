@@ -329,49 +329,75 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
     }
   } else {
     // Absorbed form: q_lat = q_nope . W_UK (rkv), score = q_lat . c + q_pe . k_pe,
-    // ctx = sum p c, o = W_UV . ctx. All f32. Heads are independent: each
-    // thread dequantizes one head's kv_b rows ((dn + dv) x rkv, ~0.9 MB at
-    // GLM-5's shapes: stays in L2) and runs every row against them, so kv_b
-    // is read once per step and never expanded whole (58 MB at GLM-5's).
-    const std::vector<std::vector<int32_t>> keys = [&] {
-      std::vector<std::vector<int32_t>> k(S);
-      for (int64_t s = 0; s < S; ++s) k[s] = keys_of(s);
-      return k;
-    }();
+    // ctx = sum p c, o = W_UV . ctx. All f32.
+    // Loop order, for memory traffic (GLM-5: 64 heads, rkv 512, up to 2,048
+    // keys = 4 MB of latents): a thread takes a block of heads and walks each
+    // row's keys once for the whole block (scores, then ctx), so the latents
+    // are streamed once per block instead of twice per head; kv_b is
+    // dequantized one head at a time (W_UK rows for q_lat, W_UV rows for o:
+    // each read once per step, never expanded whole). Every (row, head) does
+    // the same arithmetic in the same order as one head alone would.
+    constexpr int64_t kHeadBlock = 16, kRowChunk = 32;
+    std::vector<std::vector<int32_t>> keys(S);
+    for (int64_t s = 0; s < S; ++s) keys[s] = keys_of(s);
+    const int64_t nblocks = (nh + kHeadBlock - 1) / kHeadBlock, nchunks = (S + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel if (S * nh * T * (dq + dv) > (1 << 18))
     {
-      std::vector<float> wh((dn + dv) * rkv), ql(rkv), ctx(rkv), sc;
-#pragma omp for schedule(static)
-      for (int64_t h = 0; h < nh; ++h) {
-        for (int64_t r = 0; r < dn + dv; ++r) DequantRow(lw.kv_b.m, h * (dn + dv) + r, wh.data() + r * rkv);
-        for (int64_t s = 0; s < S; ++s) {
-          const float* qh = q + (s * nh + h) * dq;
-          const auto& ks = keys[s];
-          std::fill(ql.begin(), ql.end(), 0.0f);
-          std::fill(ctx.begin(), ctx.end(), 0.0f);
-          sc.assign(ks.size(), 0.0f);
-          for (int64_t d = 0; d < dn; ++d) {
-            for (int64_t r = 0; r < rkv; ++r) ql[r] += qh[d] * wh[d * rkv + r];
+      std::vector<float> w(std::max(dn, dv) * rkv), ql(kRowChunk * kHeadBlock * rkv), ctx(ql.size()), sc;
+#pragma omp for schedule(static) collapse(2)
+      for (int64_t blk = 0; blk < nblocks; ++blk) {
+        for (int64_t ch = 0; ch < nchunks; ++ch) {
+          const int64_t h0 = blk * kHeadBlock, hn = std::min(kHeadBlock, nh - h0);
+          const int64_t s0 = ch * kRowChunk, sn = std::min(kRowChunk, S - s0);
+          auto qrow = [&](int64_t s, int64_t hl) { return q + ((s0 + s) * nh + h0 + hl) * dq; };
+          for (int64_t hl = 0; hl < hn; ++hl) {  // q_lat of the block's heads
+            for (int64_t d = 0; d < dn; ++d) DequantRow(lw.kv_b.m, (h0 + hl) * (dn + dv) + d, w.data() + d * rkv);
+            for (int64_t s = 0; s < sn; ++s) {
+              float* qlat = ql.data() + (s * kHeadBlock + hl) * rkv;
+              std::fill(qlat, qlat + rkv, 0.0f);
+              const float* qh = qrow(s, hl);
+              for (int64_t d = 0; d < dn; ++d) AxpyF32(qh[d], w.data() + d * rkv, rkv, qlat);
+            }
           }
-          float mx = -INFINITY;
-          for (size_t i = 0; i < ks.size(); ++i) {
-            const int64_t t = ks[i];
-            // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
-            sc[i] = R(R(DotF32(ql.data(), lats.data() + t * rkv, rkv) + DotF32(qh + dn, kpe.data() + t * dr, dr)) * scale);
-            mx = std::max(mx, sc[i]);
+          for (int64_t s = 0; s < sn; ++s) {
+            const auto& ks = keys[s0 + s];
+            const size_t nk = ks.size();
+            sc.assign(hn * nk, 0.0f);
+            std::vector<float> mx(hn, -INFINITY), sum(hn, 0.0f), dl(hn), dp(hn);
+            for (size_t i = 0; i < nk; ++i) {
+              const int64_t t = ks[i];
+              DotF32Many(ql.data() + s * kHeadBlock * rkv, rkv, hn, lats.data() + t * rkv, rkv, dl.data());
+              DotF32Many(qrow(s, 0) + dn, dq, hn, kpe.data() + t * dr, dr, dp.data());
+              for (int64_t hl = 0; hl < hn; ++hl) {
+                // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
+                const float v = R(R(dl[hl] + dp[hl]) * scale);
+                sc[hl * nk + i] = v;
+                mx[hl] = std::max(mx[hl], v);
+              }
+            }
+            for (int64_t hl = 0; hl < hn; ++hl) {
+              for (size_t i = 0; i < nk; ++i) {
+                float& v = sc[hl * nk + i];
+                v = std::exp(v - mx[hl]);
+                sum[hl] += v;
+              }
+            }
+            float* cx = ctx.data() + s * kHeadBlock * rkv;
+            std::fill(cx, cx + hn * rkv, 0.0f);
+            for (size_t i = 0; i < nk; ++i) {
+              const float* cl = lats.data() + ks[i] * rkv;
+              for (int64_t hl = 0; hl < hn; ++hl) AxpyF32(R(sc[hl * nk + i] / sum[hl]), cl, rkv, cx + hl * rkv);
+            }
           }
-          float sum = 0;
-          for (float& v : sc) {
-            v = std::exp(v - mx);
-            sum += v;
+          for (int64_t hl = 0; hl < hn; ++hl) {  // o = W_UV . ctx
+            for (int64_t d = 0; d < dv; ++d) DequantRow(lw.kv_b.m, (h0 + hl) * (dn + dv) + dn + d, w.data() + d * rkv);
+            for (int64_t s = 0; s < sn; ++s) {
+              const float* c = ctx.data() + (s * kHeadBlock + hl) * rkv;
+              float* o = attn + ((s0 + s) * nh + h0 + hl) * dv;
+              DotF32Many(w.data(), rkv, dv, c, rkv, o);
+              for (int64_t d = 0; d < dv; ++d) o[d] = R(o[d]);
+            }
           }
-          for (size_t i = 0; i < ks.size(); ++i) {
-            const float p = R(sc[i] / sum);
-            const float* cl = lats.data() + ks[i] * rkv;
-            for (int64_t r = 0; r < rkv; ++r) ctx[r] += p * cl[r];
-          }
-          float* o = attn + (s * nh + h) * dv;
-          for (int64_t d = 0; d < dv; ++d) o[d] = R(DotF32(wh.data() + (dn + d) * rkv, ctx.data(), rkv));
         }
       }
     }
