@@ -27,7 +27,7 @@ namespace moe {
 struct EngineConfig {
   int64_t expert_budget_bytes = int64_t{1} << 62;  // in-process expert LRU budget
   std::optional<Numerics> numerics;                // default: from config dtype (bf16 -> kHfBf16)
-  AttentionPath attention = AttentionPath::kExplicit;
+  AttentionPath attention = AttentionPath::kAuto;  // see AttentionPath (model.h)
   KvDtype kv_dtype = KvDtype::kF32;
   bool load_mtp = true;
   // Re-store weights at load (quality experiments; `moe convert` is the

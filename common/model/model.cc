@@ -60,8 +60,29 @@ double LogProb(const float* logits, int64_t n, int32_t id) {
   return static_cast<double>(logits[id]) - m - std::log(s);
 }
 
+AttentionPath ResolveAttention(AttentionPath requested, const ModelWeights& weights) {
+  if (requested != AttentionPath::kAuto) return requested;
+  for (const LayerWeights& l : weights.layers) {
+    if (Info(l.kv_b.m.format).integer) return AttentionPath::kAbsorbed;
+  }
+  return AttentionPath::kExplicit;
+}
+
+std::string_view AttentionPathName(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::kExplicit:
+      return "explicit";
+    case AttentionPath::kAbsorbed:
+      return "absorbed";
+    case AttentionPath::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, EngineOptions opt)
     : config_(std::move(config)), weights_(std::move(weights)), experts_(experts), opt_(opt) {
+  opt_.attention = ResolveAttention(opt_.attention, *weights_);
   if (opt_.use_kernels) {
     kernels::KernelConfig kc;
     kc.path = opt_.kernel_path;

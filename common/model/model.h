@@ -39,7 +39,16 @@
 namespace moe {
 
 enum class Numerics { kHfBf16, kF32 };
-enum class AttentionPath { kExplicit, kAbsorbed };
+// kExplicit: HF's form (expand the attended latents with kv_b; HF-exact with
+// unquantized weights). kAbsorbed: kv_b folded into the query and output
+// (the latents are never expanded: at GLM-5's shapes 4-7x faster decode and
+// 3x faster prefill, docs/BENCHMARKS.md), different rounding points.
+// kAuto: absorbed when kv_b is integer-quantized (no HF-exactness is claimed
+// for quantized weights), explicit otherwise; resolved when the Model is
+// built (per model, never per batch: batch invariance holds on either path).
+enum class AttentionPath { kExplicit, kAbsorbed, kAuto };
+AttentionPath ResolveAttention(AttentionPath requested, const ModelWeights& weights);
+std::string_view AttentionPathName(AttentionPath path);
 
 struct EngineOptions {
   Numerics numerics = Numerics::kHfBf16;

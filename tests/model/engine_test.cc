@@ -131,9 +131,29 @@ TEST_P(EngineTest, EachDistinctExpertFetchedOncePerLayerPerBatch) {
   EXPECT_LE(counting.gets_.size(), 8u * 2);
 }
 
+// The default (auto) keeps HF's explicit form for unquantized weights, where
+// HF-exact tokens are the contract, and takes the absorbed form once kv_b is
+// integer-quantized; an explicit request is always honoured.
+TEST_P(EngineTest, AutoAttentionIsExplicitUnquantizedAndAbsorbedQuantized) {
+  auto plain = OpenOrDie(dir_);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->model().options().attention, AttentionPath::kExplicit);
+  EngineConfig q8;
+  q8.dense_format = QFormat::kQ8Row;
+  auto quant = OpenOrDie(dir_, q8);
+  ASSERT_TRUE(quant);
+  EXPECT_EQ(quant->model().options().attention, AttentionPath::kAbsorbed);
+  q8.attention = AttentionPath::kExplicit;
+  auto forced = OpenOrDie(dir_, q8);
+  ASSERT_TRUE(forced);
+  EXPECT_EQ(forced->model().options().attention, AttentionPath::kExplicit);
+  EXPECT_EQ(AttentionPathName(AttentionPath::kAuto), "auto");
+}
+
 TEST_P(EngineTest, AbsorbedMatchesExplicit) {
   for (Numerics num : {Numerics::kF32, Numerics::kHfBf16}) {
     EngineConfig ex, ab;
+    ex.attention = AttentionPath::kExplicit;
     ex.numerics = ab.numerics = num;
     ab.attention = AttentionPath::kAbsorbed;
     auto e1 = OpenOrDie(dir_, ex), e2 = OpenOrDie(dir_, ab);

@@ -110,7 +110,7 @@ class RoutingRecorder {
 };
 
 absl::Status DoRun(int argc, char** argv, bool* help) {
-  std::string model = DefaultModelDir(), attention = "explicit", kv_dtype = "f32", save_kv, resume_kv, expertd_addr,
+  std::string model = DefaultModelDir(), attention = "auto", kv_dtype = "f32", save_kv, resume_kv, expertd_addr,
       record_routing;
   bool prefetch = true;
   int64_t max_tokens = 32, top_k = 0, seed = 0;
@@ -130,7 +130,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   flags.AddInt("top-k", &top_k, "sample among the k most likely (0 = off)");
   flags.AddInt("seed", &seed, "sampling seed");
   flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
-  flags.AddString("attention", &attention, "explicit (HF-exact) or absorbed");
+  flags.AddString("attention", &attention, kAttentionFlagHelp);
   flags.AddString("kv-dtype", &kv_dtype, "KV cache storage: f32 or bf16");
   flags.AddString("save-kv", &save_kv, "write the conversation's KV cache to this file at the end");
   flags.AddString("resume-kv", &resume_kv, "continue the conversation saved in this file (prompt is appended)");
@@ -235,17 +235,19 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
                   {"bytes_read", st.bytes_read},
                   {"kv_bytes", cache.Bytes()},
                   {"lookahead_recall", gate ? gate->LookAheadRecall() : 0.0},
-                  {"peak_rss_bytes", PeakRssBytes()}};
+                  {"peak_rss_bytes", PeakRssBytes()},
+                  {"attention", AttentionPathName(eng->model().options().attention)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);
     std::printf("\n");
     if (tokenizer) std::printf("%s\n", tokenizer->Decode(r.tokens, /*skip_special=*/true).c_str());
     std::fprintf(stderr,
-                 "%zu tokens; prefill %.1f tok/s, decode %.2f tok/s; expert hit rate %.3f; read %lld B; peak RSS "
-                 "%lld B\n",
-                 r.tokens.size(), prefill_tps, decode_tps, st.HitRate(), static_cast<long long>(st.bytes_read),
-                 static_cast<long long>(PeakRssBytes()));
+                 "%zu tokens; prefill %.1f tok/s, decode %.2f tok/s (%s attention); expert hit rate %.3f; read %lld "
+                 "B; peak RSS %lld B\n",
+                 r.tokens.size(), prefill_tps, decode_tps,
+                 std::string(AttentionPathName(eng->model().options().attention)).c_str(), st.HitRate(),
+                 static_cast<long long>(st.bytes_read), static_cast<long long>(PeakRssBytes()));
   }
   return absl::OkStatus();
 }

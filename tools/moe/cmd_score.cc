@@ -15,7 +15,7 @@ namespace moe::cli {
 namespace {
 
 absl::Status DoScore(int argc, char** argv) {
-  std::string model = DefaultModelDir(), attention = "explicit";
+  std::string model = DefaultModelDir(), attention = "auto";
   bool json = false;
   uint64_t ram_budget = 0;
   FlagSet flags("score", "Teacher-forced scoring: per position the argmax and log p(next token).");
@@ -23,7 +23,7 @@ absl::Status DoScore(int argc, char** argv) {
   PromptFlags prompt_flags;
   AddPromptFlags(flags, "ids", &prompt_flags);
   flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
-  flags.AddString("attention", &attention, "explicit (HF-exact) or absorbed");
+  flags.AddString("attention", &attention, kAttentionFlagHelp);
   flags.AddBool("json", &json, "print JSON");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {

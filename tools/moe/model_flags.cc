@@ -61,9 +61,11 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
 }
 
 absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value) {
-  if (value == "explicit") return AttentionPath::kExplicit;
-  if (value == "absorbed") return AttentionPath::kAbsorbed;
-  return absl::InvalidArgumentError(absl::StrCat("--attention must be explicit or absorbed, got '", value, "'"));
+  for (AttentionPath p : {AttentionPath::kAuto, AttentionPath::kExplicit, AttentionPath::kAbsorbed}) {
+    if (value == AttentionPathName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--attention must be auto, explicit or absorbed, got '", value, "'"));
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text) {

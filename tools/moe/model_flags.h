@@ -36,9 +36,13 @@ struct Prompt {
 absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag, const std::string& model_dir,
                                      bool allow_empty);
 
-// "1,2,3" -> {1,2,3}; errors name the flag and the bad item.
-// --attention: "explicit" (HF-exact prefill path) or "absorbed".
+// --attention: "auto", "explicit" (HF-exact) or "absorbed" (AttentionPath, model.h).
+inline constexpr char kAttentionFlagHelp[] =
+    "auto (absorbed if kv_b is integer-quantized, else explicit), explicit (HF-exact) or absorbed "
+    "(faster at GLM-5's shapes)";
 absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value);
+
+// "1,2,3" -> {1,2,3}; errors name the flag and the bad item.
 
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text);
 
