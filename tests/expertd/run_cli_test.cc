@@ -216,7 +216,8 @@ TEST_F(MoeRunExpertd, BadExpertdAddressOrCheckpointIsAClearError) {
 
 // moe synth + moe bench e2e on a tiny slice (the GLM-5-sized run is a
 // benchmark, docs/BENCHMARKS.md): the slice is what expertd serves, and the
-// bench reports a run per (budget, prefetch) with hits at a full budget.
+// bench reports a run per (budget, prefetch) with hits at a full budget and
+// the --dense-ms work it was asked for.
 TEST_F(MoeRunExpertd, SynthSliceServesTheE2eBench) {
   const std::string slice = (dir_ / "slice").string();
   RunOut w = Sh(kMoe + " synth --out " + slice + " --layers 2 --experts 16 --hidden 256 --moe-intermediate 128");
@@ -229,7 +230,7 @@ TEST_F(MoeRunExpertd, SynthSliceServesTheE2eBench) {
   EXPECT_EQ(rec, 3u * (128 * 128 + 128 * 4 * 4));
   StartExpertd(32 * 4096 * ((rec + 4095) / 4096), slice + "/slice.manifest", "8");
   RunOut b = Sh(kMoe + " bench e2e --slice " + slice + " --expertd " + sock_ +
-                " --tokens 4 --warmup 8 --budgets 50,100 --json 2>&1");
+                " --tokens 4 --warmup 8 --budgets 50,100 --dense-ms 2 --json 2>&1");
   ASSERT_EQ(b.rc, 0) << b.raw;
   auto out = nlohmann::json::parse(b.raw.substr(b.raw.find('{')), nullptr, false);
   ASSERT_FALSE(out.is_discarded()) << b.raw;
@@ -238,12 +239,18 @@ TEST_F(MoeRunExpertd, SynthSliceServesTheE2eBench) {
   for (const auto& r : out["runs"]) {
     EXPECT_GT(r["tokens_per_second"].get<double>(), 0);
     EXPECT_GT(r["vs_floor"].get<double>(), 0);
+    // --dense-ms: at least 2 ms of kernel work per layer of every timed token.
+    EXPECT_GE(r["dense_seconds"].get<double>(), 4 * 2 * 0.002) << r.dump();
   }
+  EXPECT_EQ(out["dense_ms_per_layer"].get<double>(), 2.0);
   // Full budget after 8 warm-up tokens of 2 x top-8 of 16 experts: hits.
   EXPECT_GT(out["runs"][2]["hit_rate"].get<double>(), 0.5);
   // Bad input: an unknown format, a slice directory without slice.json.
   EXPECT_EQ(Sh(kMoe + " synth --out " + slice + "2 --format q5_x").rc, 2);
   EXPECT_NE(Sh(kMoe + " bench e2e --slice " + (dir_ / "none").string() + " --expertd " + sock_).rc, 0);
+  RunOut neg = Sh("(" + kMoe + " bench e2e --slice " + slice + " --expertd " + sock_ + " --dense-ms -1 2>&1)");
+  EXPECT_NE(neg.rc, 0);
+  EXPECT_NE(neg.raw.find("--dense-ms must be in [0, 10000] (got -1)"), std::string::npos) << neg.raw;
 }
 
 }  // namespace
