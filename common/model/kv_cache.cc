@@ -105,6 +105,11 @@ void KvCache::Read(int layer, Stream s, int64_t t0, int64_t n, float* out) const
   }
 }
 
+void KvCache::ReadRows(int layer, Stream s, std::span<const int32_t> rows, float* out) const {
+  const int64_t w = width(s);
+  for (size_t i = 0; i < rows.size(); ++i) Read(layer, s, rows[i], 1, out + static_cast<int64_t>(i) * w);
+}
+
 void KvCache::Truncate(int64_t n) {
   if (static_cast<int64_t>(tokens_.size()) > n) tokens_.resize(n);
   for (Layer& L : layers_) {

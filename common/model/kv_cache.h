@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ class KvCache {
   void Append(int layer, Stream s, const float* row);
   // Reads rows [t0, t0 + n) of stream s into out (n x width).
   void Read(int layer, Stream s, int64_t t0, int64_t n, float* out) const;
+  // Reads the given rows (each < length(layer)) of stream s into out, in order
+  // (rows.size() x width): what DSA attention needs of a long context.
+  void ReadRows(int layer, Stream s, std::span<const int32_t> rows, float* out) const;
   // Drops tokens at positions >= n from every layer (draft rollback).
   void Truncate(int64_t n);
   int64_t Bytes() const;

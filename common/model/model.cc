@@ -276,10 +276,6 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
   const KvCache& cache = *seg.cache;
   const TopK& topk = seg.topk;
   const std::string tp = absl::StrCat("layers.", lw.index, ".attn.");
-  std::vector<float> lats(T * rkv), kpe(T * dr);
-  cache.Read(cache_layer, KvCache::kLatent, 0, T, lats.data());
-  if (trace) Trace(tp + "kv_latent", lats.data() + P0 * rkv, S * rkv);
-  cache.Read(cache_layer, KvCache::kRope, 0, T, kpe.data());
   const float scale = static_cast<float>(c.softmax_scale);
 
   auto keys_of = [&](int64_t s) {
@@ -295,29 +291,42 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
     return keys;
   };
 
+  // Only the cached positions some row attends to are read: with DSA top-k
+  // that is index_topk of a long context (GLM-5: 2,048 of up to 200K), not
+  // all of it. slot[t] = row of position t in lats / kpe.
+  std::vector<int64_t> slot(T, -1);
+  std::vector<int32_t> used_pos;
+  if (topk.valid) {
+    for (int64_t s = 0; s < S; ++s)
+      for (int32_t t : keys_of(s)) slot[t] = -2;  // attended
+    for (int64_t t = 0; t < T; ++t) {
+      if (slot[t] != -2) continue;
+      slot[t] = static_cast<int64_t>(used_pos.size());
+      used_pos.push_back(static_cast<int32_t>(t));
+    }
+  } else {
+    std::iota(slot.begin(), slot.end(), 0);
+  }
+  const int64_t used = topk.valid ? static_cast<int64_t>(used_pos.size()) : T;
+  std::vector<float> lats(used * rkv), kpe(used * dr);
+  if (topk.valid) {
+    cache.ReadRows(cache_layer, KvCache::kLatent, used_pos, lats.data());
+    cache.ReadRows(cache_layer, KvCache::kRope, used_pos, kpe.data());
+  } else {
+    cache.Read(cache_layer, KvCache::kLatent, 0, T, lats.data());
+    cache.Read(cache_layer, KvCache::kRope, 0, T, kpe.data());
+  }
+  if (trace) {
+    std::vector<float> fresh(S * rkv);
+    cache.Read(cache_layer, KvCache::kLatent, P0, S, fresh.data());
+    Trace(tp + "kv_latent", fresh.data(), S * rkv);
+  }
+
   if (opt_.attention == AttentionPath::kExplicit) {
     // HF form: expand the cached latents with kv_b (bf16 like HF's cache) -
-    // only those some row attends to: with DSA top-k that is index_topk of a
-    // long context, not all of it (rows expand independently, so the values
-    // are the same bits as expanding everything).
+    // only those some row attends to (rows expand independently, so the
+    // values are the same bits as expanding everything).
     const int64_t kvw = nh * (dn + dv);
-    std::vector<int64_t> slot(T, -1);  // cached position -> row of kv
-    int64_t used = 0;
-    if (topk.valid) {
-      for (int64_t s = 0; s < S; ++s)
-        for (int32_t t : keys_of(s))
-          if (slot[t] < 0) slot[t] = 0;
-      std::vector<float> picked;
-      for (int64_t t = 0; t < T; ++t) {
-        if (slot[t] < 0) continue;
-        slot[t] = used++;
-        picked.insert(picked.end(), lats.begin() + t * rkv, lats.begin() + (t + 1) * rkv);
-      }
-      lats.swap(picked);
-    } else {
-      for (int64_t t = 0; t < T; ++t) slot[t] = t;
-      used = T;
-    }
     std::vector<float> kv(used * kvw);
     LinearR(lw.kv_b, lats.data(), used, kv.data());
 #pragma omp parallel for collapse(2) schedule(static) if (S * nh * T * (dq + dv) > (1 << 18))
@@ -330,7 +339,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
         for (size_t i = 0; i < keys.size(); ++i) {
           const int64_t t = keys[i];
           std::memcpy(kh.data(), kv.data() + slot[t] * kvw + h * (dn + dv), dn * sizeof(float));
-          std::memcpy(kh.data() + dn, kpe.data() + t * dr, dr * sizeof(float));
+          std::memcpy(kh.data() + dn, kpe.data() + slot[t] * dr, dr * sizeof(float));
           sc[i] = R(R(DotF32(qh, kh.data(), dq)) * scale);
           mx = std::max(mx, sc[i]);
         }
@@ -387,8 +396,8 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
             std::vector<float> mx(hn, -INFINITY), sum(hn, 0.0f), dl(hn), dp(hn);
             for (size_t i = 0; i < nk; ++i) {
               const int64_t t = ks[i];
-              DotF32Many(ql.data() + s * kHeadBlock * rkv, rkv, hn, lats.data() + t * rkv, rkv, dl.data());
-              DotF32Many(qrow(s, 0) + dn, dq, hn, kpe.data() + t * dr, dr, dp.data());
+              DotF32Many(ql.data() + s * kHeadBlock * rkv, rkv, hn, lats.data() + slot[t] * rkv, rkv, dl.data());
+              DotF32Many(qrow(s, 0) + dn, dq, hn, kpe.data() + slot[t] * dr, dr, dp.data());
               for (int64_t hl = 0; hl < hn; ++hl) {
                 // Same rounding points as HF on the scores (bf16 matmul output, bf16 scale).
                 const float v = R(R(dl[hl] + dp[hl]) * scale);
@@ -406,7 +415,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
             float* cx = ctx.data() + s * kHeadBlock * rkv;
             std::fill(cx, cx + hn * rkv, 0.0f);
             for (size_t i = 0; i < nk; ++i) {
-              const float* cl = lats.data() + ks[i] * rkv;
+              const float* cl = lats.data() + slot[ks[i]] * rkv;
               for (int64_t hl = 0; hl < hn; ++hl) AxpyF32(R(sc[hl * nk + i] / sum[hl]), cl, rkv, cx + hl * rkv);
             }
           }
