@@ -212,13 +212,21 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
         std::iota(sel.begin(), sel.end(), 0);
         continue;
       }
-      for (int64_t t = 0; t < n_causal; ++t) {
-        float acc = 0;
-        for (int64_t j = 0; j < ih; ++j) {
-          const float d = DotF32(q.data() + (r * ih + j) * id, keys.data() + t * id, id) * sscale;
-          acc += w[r * ih + j] * std::max(d, 0.0f);
+      // Keys in parallel, the row's heads against each key at once
+      // (DotF32Many: the same bits as one DotF32 per head).
+#pragma omp parallel if (n_causal * ih * id > (1 << 18))
+      {
+        std::vector<float> dots(ih);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < n_causal; ++t) {
+          DotF32Many(q.data() + r * ih * id, id, ih, keys.data() + t * id, id, dots.data());
+          float acc = 0;
+          for (int64_t j = 0; j < ih; ++j) {
+            const float d = dots[j] * sscale;
+            acc += w[r * ih + j] * std::max(d, 0.0f);
+          }
+          score[t] = acc;
         }
-        score[t] = acc;
       }
       auto idx = TopKIdx(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
       sel.assign(idx.begin(), idx.end());
