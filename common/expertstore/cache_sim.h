@@ -87,7 +87,7 @@ struct ReplayOptions {
   bool row_leases = false;
   // Set: the policy starts from this persisted state (a heat file's
   // bytes, HeatPolicy::Snapshot), as expertd restarted with --heat-file;
-  // the cache itself starts empty. Its model identity must be kWarmModelId.
+  // the cache itself starts empty. Its model identity must be kReplayModelId.
   const std::string* warm_heat = nullptr;
 };
 inline constexpr char kReplayModelId[] = "moe-bench-cache-replay";
