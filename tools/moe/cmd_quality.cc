@@ -14,6 +14,7 @@
 #include "common/base/status.h"
 #include "common/model/engine.h"
 #include "tools/moe/commands.h"
+#include "tools/moe/model_flags.h"
 
 namespace moe::cli {
 namespace {
@@ -47,13 +48,16 @@ std::vector<double> LogSoftmax(const float* l, int64_t n) {
 
 absl::Status DoQuality(int argc, char** argv) {
   std::string model, goldens, experts = "stored,q8_row,q8_g64,q4_row,q4_g64,q2_row", dense = "stored,q8_row,q4_g64";
-  std::string path = "auto";
+  std::string path = "auto", attention = "explicit";
   FlagSet flags("quality", "Quantization quality table against oracle goldens.");
   flags.AddString("kernel-path", &path, "integer-format kernel path: auto (int8-activation idot) or float");
   flags.AddString("model", &model, "model directory (HF checkpoint with goldens.json from tools/oracle)");
   flags.AddString("goldens", &goldens, "goldens file (default MODEL/goldens.json)");
   flags.AddString("experts", &experts, "routed-expert formats to try (stored = as in the checkpoint)");
   flags.AddString("dense", &dense, "dense-projection formats to try");
+  flags.AddString("attention", &attention,
+                  "attention path of the quantized runs: explicit (the default here: the table measures "
+                  "quantization alone), absorbed, or auto (as served: absorbed once kv_b is integer)");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -61,6 +65,7 @@ absl::Status DoQuality(int argc, char** argv) {
   }
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
   if (goldens.empty()) goldens = model + "/goldens.json";
+  MOE_ASSIGN_OR_RETURN(const AttentionPath attn, ParseAttentionFlag(attention));
   kernels::Path kpath = kernels::Path::kAuto;
   if (path == "float") {
     kpath = kernels::Path::kFloat;
@@ -78,8 +83,11 @@ absl::Status DoQuality(int argc, char** argv) {
   auto g = nlohmann::json::parse(ss.str(), nullptr, false);
   if (g.is_discarded() || !g.contains("prompts")) return absl::InvalidArgumentError(absl::StrCat(goldens, ": not goldens"));
 
-  // Reference distribution: the unquantized engine (matches HF; see tests/model/oracle_test).
-  MOE_ASSIGN_OR_RETURN(auto ref, Engine::Open(model, EngineConfig{}));
+  // Reference distribution: the unquantized engine on the explicit path
+  // (matches HF; see tests/model/oracle_test).
+  EngineConfig ref_cfg;
+  ref_cfg.attention = AttentionPath::kExplicit;
+  MOE_ASSIGN_OR_RETURN(auto ref, Engine::Open(model, ref_cfg));
   const int64_t V = ref->config().vocab_size;
   std::vector<std::vector<float>> ref_logits;
   for (const auto& pr : g["prompts"]) {
@@ -96,6 +104,7 @@ absl::Status DoQuality(int argc, char** argv) {
       ec.expert_format = e;
       ec.dense_format = d;
       ec.kernel_path = kpath;
+      ec.attention = attn;
       MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
       int g_eq = 0, g_tot = 0, tf_eq = 0, tf_tot = 0, first_div = 1 << 30;
       double kl = 0;
