@@ -376,8 +376,6 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
     // each read once per step, never expanded whole). Every (row, head) does
     // the same arithmetic in the same order as one head alone would.
     constexpr int64_t kHeadBlock = 16, kRowChunk = 32;
-    std::vector<std::vector<int32_t>> keys(S);
-    for (int64_t s = 0; s < S; ++s) keys[s] = keys_of(s);
     const int64_t nblocks = (nh + kHeadBlock - 1) / kHeadBlock, nchunks = (S + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel if (S * nh * T * (dq + dv) > (1 << 18))
     {
@@ -398,7 +396,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
             }
           }
           for (int64_t s = 0; s < sn; ++s) {
-            const auto& ks = keys[s0 + s];
+            const auto ks = keys_of(s0 + s);  // per row, not all S at once: S x T ints for a long prefill
             const size_t nk = ks.size();
             sc.assign(hn * nk, 0.0f);
             std::vector<float> mx(hn, -INFINITY), sum(hn, 0.0f), dl(hn), dp(hn);

@@ -41,7 +41,7 @@ namespace moe {
 enum class Numerics { kHfBf16, kF32 };
 // kExplicit: HF's form (expand the attended latents with kv_b; HF-exact with
 // unquantized weights). kAbsorbed: kv_b folded into the query and output
-// (the latents are never expanded: at GLM-5's shapes 4-7x faster decode and
+// (the latents are never expanded: at GLM-5's shapes 5-29x faster decode and
 // 3x faster prefill, docs/BENCHMARKS.md), different rounding points.
 // kAuto: absorbed when kv_b is integer-quantized (no HF-exactness is claimed
 // for quantized weights), explicit otherwise; resolved when the Model is

@@ -43,7 +43,6 @@ inline constexpr char kAttentionFlagHelp[] =
 absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value);
 
 // "1,2,3" -> {1,2,3}; errors name the flag and the bad item.
-
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text);
 
 // Builds the engine config from a RAM budget (0 = unlimited): the expert
