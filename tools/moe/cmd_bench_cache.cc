@@ -105,8 +105,6 @@ int RunBenchCache(int argc, char** argv) {
                                      "--warm-trace ", warm_path, " is ", warm.num_layers, " layers x ",
                                      warm.num_experts, " experts, top-", warm.top_k, "; the replayed trace is ",
                                      t.num_layers, " x ", t.num_experts, ", top-", t.top_k, " (another model)")));
-    if (!recorded_lookahead) warm.ahead.clear();
-    if (lookahead > 0) AddLookahead(warm, lookahead, 12);
   }
   if (recorded_lookahead && t.ahead.empty())
     return Fail("bench cache", absl::InvalidArgumentError(
@@ -114,8 +112,13 @@ int RunBenchCache(int argc, char** argv) {
                                    "--lookahead-accuracy)"));
   if (recorded_lookahead && lookahead > 0)
     return Fail("bench cache", absl::InvalidArgumentError("give at most one of --lookahead and --lookahead-accuracy"));
-  if (!recorded_lookahead) t.ahead.clear();  // hints only when asked for
-  if (lookahead > 0) AddLookahead(t, lookahead, 11);
+  // Hints only when asked for: the recorded look-ahead, or simulated ones.
+  auto hints = [&](RoutingTrace& x, uint64_t seed) {
+    if (!recorded_lookahead) x.ahead.clear();
+    if (lookahead > 0) AddLookahead(x, lookahead, seed);
+  };
+  hints(t, 11);
+  if (!warm_path.empty()) hints(warm, 12);
   uint64_t slots = budget / expert_bytes;
   uint64_t keys = uint64_t(t.num_layers) * t.num_experts;
   auto t0 = std::chrono::steady_clock::now();
@@ -152,10 +155,10 @@ int RunBenchCache(int argc, char** argv) {
     phase_counts = SimulateInformed(t, slots, c, 1, cands, /*phase_counts=*/true);
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double gap = opt.hit_rate() - lru.hit_rate();
-  double closed = gap > 0 ? (ours.hit_rate() - lru.hit_rate()) / gap : 0.0;
-  double closed_learned = gap > 0 ? (learned.hit_rate() - lru.hit_rate()) / gap : 0.0;
+  const double gap = opt.hit_rate() - lru.hit_rate();
+  // Share of the LRU -> Belady gap a policy's hit rate closes.
   auto closed_by = [&](const SimResult& x) { return gap > 0 ? (x.hit_rate() - lru.hit_rate()) / gap : 0.0; };
+  const double closed = closed_by(ours), closed_learned = closed_by(learned);
   if (json) {
     nlohmann::json j = {{"trace", synthetic ? "synthetic" : trace_path},
                         {"layers", t.num_layers},
@@ -173,11 +176,10 @@ int RunBenchCache(int argc, char** argv) {
                         {"gap_closed", closed},
                         {"gap_closed_learned", closed_learned},
                         {"static_best_hit_rate", fixed.hit_rate()},
-                        {"gap_closed_static_best", gap > 0 ? (fixed.hit_rate() - lru.hit_rate()) / gap : 0.0},
+                        {"gap_closed_static_best", closed_by(fixed)},
                         {"learned_weights", learned.weights},
-                        {"gap_closed_informed", synthetic && gap > 0 ? (informed.hit_rate() - lru.hit_rate()) / gap : 0.0},
-                        {"gap_closed_phase_counts",
-                         synthetic && gap > 0 ? (phase_counts.hit_rate() - lru.hit_rate()) / gap : 0.0},
+                        {"gap_closed_informed", synthetic ? closed_by(informed) : 0.0},
+                        {"gap_closed_phase_counts", synthetic ? closed_by(phase_counts) : 0.0},
                         {"seconds", secs}};
     if (!warm_path.empty()) {
       j["warm_trace"] = warm_path;
@@ -199,16 +201,16 @@ int RunBenchCache(int argc, char** argv) {
   std::printf("LRU->Belady gap closed by ours: %.0f%% (learned order: %.0f%%)   (%.1f s)\n", 100 * closed,
               100 * closed_learned, secs);
   std::printf("static best in hindsight (the trace's most used keys, fixed): %.2f%%, %.0f%% of the gap\n",
-              100 * fixed.hit_rate(), gap > 0 ? 100 * (fixed.hit_rate() - lru.hit_rate()) / gap : 0.0);
+              100 * fixed.hit_rate(), 100 * closed_by(fixed));
   if (!warm_path.empty())
     std::printf("warm (heat left by %s): ours %.2f%%, %.0f%% of the gap; learned %.2f%%, %.0f%%\n", warm_path.c_str(),
                 100 * ours_warm.hit_rate(), 100 * closed_by(ours_warm), 100 * learned_warm.hit_rate(),
                 100 * closed_by(learned_warm));
   if (synthetic) {
     std::printf("informed bound (told each phase's expected popularity and the reuse chance): %.2f%%, %.0f%% of the gap\n",
-                100 * informed.hit_rate(), gap > 0 ? 100 * (informed.hit_rate() - lru.hit_rate()) / gap : 0.0);
+                100 * informed.hit_rate(), 100 * closed_by(informed));
     std::printf("phase-counts reference (told when phases begin, counts this phase's uses): %.2f%%, %.0f%% of the gap\n",
-                100 * phase_counts.hit_rate(), gap > 0 ? 100 * (phase_counts.hit_rate() - lru.hit_rate()) / gap : 0.0);
+                100 * phase_counts.hit_rate(), 100 * closed_by(phase_counts));
   }
   return 0;
 }
