@@ -223,6 +223,11 @@ absl::StatusOr<RoutingTrace> LoadTrace(const std::string& path) {
   return t;
 }
 
+double AccessesPerToken(const RoutingTrace& t) {
+  if (t.num_tokens > 0 && !t.keys.empty()) return double(t.keys.size()) / t.num_tokens;
+  return double(t.num_layers) * t.top_k;
+}
+
 SimResult SimulateLru(const RoutingTrace& t, uint64_t slots) {
   SimResult r;
   std::list<uint32_t> lru;  // front = most recent
@@ -248,7 +253,7 @@ SimResult SimulateLru(const RoutingTrace& t, uint64_t slots) {
 
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, const ReplayOptions& o) {
   SimResult r;
-  c.accesses_per_token = double(t.num_layers) * t.top_k;
+  c.accesses_per_token = AccessesPerToken(t);
   HeatPolicy p(t.num_layers, t.num_experts, c);
   if (o.warm_heat) {
     r.status = p.Restore(*o.warm_heat, kReplayModelId, "warm heat");

@@ -38,6 +38,11 @@ struct RoutingTrace {
   std::vector<std::vector<uint32_t>> ahead;
 };
 
+// Routed accesses per token: what the policy's clock counts a token as
+// (expertd: MoE layers x top_k). A recorded trace's header counts every layer,
+// dense ones included, so this is measured from the rows, not the header.
+double AccessesPerToken(const RoutingTrace& t);
+
 struct SyntheticTraceConfig {
   uint32_t num_layers = 75;  // GLM-5: 78 layers, the first 3 dense
   uint32_t num_experts = 256;
@@ -94,7 +99,7 @@ inline constexpr char kReplayModelId[] = "moe-bench-cache-replay";
 
 // Our policy (learned or heat order, per c.learned). The learned order is
 // trained as in expertd: one random resident observed per access, fills and
-// evictions reported. accesses_per_token is taken from the trace. t.ahead,
+// evictions reported. accesses_per_token is AccessesPerToken(t). t.ahead,
 // when present, reaches the policy as look-ahead hints (HeatPolicy::Expect)
 // before each row, as expertd gets them. SimResult::heat is the policy's
 // persisted state at the end (what expertd would save).

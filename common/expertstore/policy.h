@@ -103,9 +103,9 @@ struct PolicyConfig {
   // 30-50% of the 2000-token synthetic trace). Both rates are over the part
   // of their window filled so far, in full-window units like the recency
   // bonus; the slow count alone was compared with the bonus as if its window
-  // were full, over-weighting recency for the first ~100 tokens (most of the
-  // gain on the 450-730-token recorded traces: +0..+8 points). Together:
-  // +0..+9 on every trace, -1 on one row. 0: the slow count alone.
+  // were full, over-weighting recency for the first ~100 tokens. Over the
+  // slow count alone: +0..+5 points on 14 of the 15 recorded-trace rows of
+  // docs/BENCHMARKS.md, -1 on one. 0: the slow count alone.
   double change_z = 0.5;
   double steady_tokens = 256;
 };
