@@ -422,6 +422,50 @@ TEST(CacheSim, TraceFileRoundTripsAndRejectsGarbage) {
     EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(std::string(e.status().message()).find("line 2"), std::string::npos) << e.status();
   }
+  // A row with other than top_k experts is refused with its line and the count.
+  f = std::fopen((dir + "/bad3.txt").c_str(), "w");
+  std::fputs("moestream-routing-trace 1 3 16 2\n0 1 3 4\n0 2 5\n", f);
+  std::fclose(f);
+  auto r = LoadTrace(dir + "/bad3.txt");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("line 3: 1 experts where the header says top-2"), std::string::npos)
+      << r.status();
+}
+
+// Rows appended as `moe run --record-routing` does: positions as recorded (a
+// resumed run starts past 0), dense layers absent from the rows (the header
+// counts them), a token's first row's look-ahead dropped. SaveTrace writes
+// them back line for line, and the replay's clock counts routed accesses.
+TEST(CacheSim, RecordedRowsRoundTripWithTheirPositions) {
+  std::string dir = testing::MakeTempDir("rows");
+  RoutingTrace t;
+  t.num_layers = 4;  // layer 0 dense, 3 the MTP layer: neither routes here
+  t.num_experts = 16;
+  t.top_k = 2;
+  const std::vector<uint32_t> a{3, 4}, b{5, 6}, p{5, 7};
+  for (int64_t pos : {40, 41, 42}) {
+    AppendRow(t, pos, 1, a, p);  // first row of a token: no earlier layer sent this
+    AppendRow(t, pos, 2, b, p);
+  }
+  EXPECT_EQ(t.num_tokens, 3u);
+  ASSERT_EQ(t.ahead.size(), 6u);
+  for (size_t r = 0; r < 6; ++r) {
+    std::vector<uint32_t> want;
+    if (r % 2 == 0) want = {2 * 16 + 5, 2 * 16 + 7};
+    EXPECT_EQ(t.ahead[r], want) << r;
+  }
+  EXPECT_DOUBLE_EQ(AccessesPerToken(t), 4.0);  // 2 routed layers x top-2, not 4 x 2
+  ASSERT_TRUE(SaveTrace(t, dir + "/r.txt").ok());
+  std::ifstream in(dir + "/r.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string head = "moestream-routing-trace 2 4 16 2\n40 1 3 4\n+ 40 2 5 7\n40 2 5 6\n41 1 3 4\n";
+  EXPECT_EQ(text.substr(0, head.size()), head);
+  auto u = LoadTrace(dir + "/r.txt");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->keys, t.keys);
+  EXPECT_EQ(u->ahead, t.ahead);
+  EXPECT_EQ(u->row_positions, t.row_positions);
+  EXPECT_EQ(u->num_tokens, 3u);
 }
 
 }  // namespace

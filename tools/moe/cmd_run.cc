@@ -8,7 +8,6 @@
 // layer before ("+" lines, trace version 2).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/flags.h"
 #include "common/base/status.h"
+#include "common/expertstore/cache_sim.h"
 #include "common/model/engine.h"
 #include "services/expertd/remote_expert_source.h"
 #include "tools/moe/commands.h"
@@ -83,30 +83,25 @@ class RoutingRecorder {
     std::lock_guard<std::mutex> l(mu_);
     ahead_[{pos, layer}].assign(experts.begin(), experts.end());
   }
+  // In (position, layer) order: the taps fire from the engine's threads.
   absl::Status Write(const std::string& path, const ModelConfig& c) const {
-    std::ofstream out(path);
-    if (!out) return absl::InvalidArgumentError(absl::StrCat("--record-routing ", path, ": cannot create"));
-    // Version 2: each row may be preceded by "+ pos layer ids", the look-ahead.
-    out << "moestream-routing-trace 2 " << c.num_hidden_layers + 1 << " " << c.n_routed_experts << " "
-        << c.num_experts_per_tok << "\n";
+    expertstore::RoutingTrace t;
+    t.num_layers = c.num_hidden_layers + 1;  // + the MTP layer
+    t.num_experts = c.n_routed_experts;
+    t.top_k = c.num_experts_per_tok;
     for (const auto& [key, ids] : rows_) {
-      if (auto a = ahead_.find(key); a != ahead_.end()) {
-        out << "+ " << key.first << " " << key.second;
-        for (int e : a->second) out << " " << e;
-        out << "\n";
-      }
-      out << key.first << " " << key.second;
-      for (int e : ids) out << " " << e;
-      out << "\n";
+      const auto a = ahead_.find(key);
+      expertstore::AppendRow(t, key.first, uint32_t(key.second), ids,
+                             a != ahead_.end() ? std::span<const uint32_t>(a->second) : std::span<const uint32_t>());
     }
-    out.close();
-    if (!out) return absl::InternalError(absl::StrCat("--record-routing ", path, ": write failed"));
+    if (auto s = expertstore::SaveTrace(t, path); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--record-routing: ", s.message()));
     return absl::OkStatus();
   }
 
  private:
   std::mutex mu_;
-  std::map<std::pair<int64_t, int>, std::vector<int>> rows_, ahead_;
+  std::map<std::pair<int64_t, int>, std::vector<uint32_t>> rows_, ahead_;
 };
 
 absl::Status DoRun(int argc, char** argv, bool* help) {
