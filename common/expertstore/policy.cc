@@ -55,11 +55,22 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
   steady_hl_ = apt * (cfg_.steady_tokens > 0 ? cfg_.steady_tokens : 256);
   period_all_ = apt;
   period_.assign(num_layers, apt);
+  UpdateClockWindows();
+}
+
+void HeatPolicy::UpdateClockWindows() {
+  // Each count's window so far (all counts start at 0 at clock 0, or full
+  // after a heat file): rate = count / window.
+  constexpr double kLn2 = 0.6931471805599453;
+  const double t = counts_full_ ? 1e300 : double(now_) + 1;
+  window_slow_ = slow_hl_ / kLn2 * (1 - std::exp2(-t / slow_hl_));
+  window_steady_ = steady_hl_ / kLn2 * (1 - std::exp2(-t / steady_hl_));
 }
 
 void HeatPolicy::Touch(uint32_t key, double count) {
   // The clock counts accesses (count > 1: harvested hits, one step each).
   now_ += count >= 1 ? static_cast<uint64_t>(count) : 1;
+  UpdateClockWindows();
   const int layer = static_cast<int>(key / num_experts_);
   if (layer != cur_layer_) {  // a visit of this layer begins
     if (visit_start_[layer] != 0) period_[layer] += (double(now_ - visit_start_[layer]) - period_[layer]) / 8;
@@ -171,12 +182,8 @@ double HeatPolicy::Freq(uint32_t key, double add) const {
   const double cs = slow_[key] * std::exp2(-dt / slow_hl_) + add;
   if (cfg_.change_z <= 0) return cs;
   const double cl = steady_[key] * std::exp2(-dt / steady_hl_) + add;
-  // Each count's window so far (all counts start at 0 at clock 0, or full
-  // after a heat file): rate = count / window.
   constexpr double kLn2 = 0.6931471805599453;
-  const double t = counts_full_ ? 1e300 : double(now_) + 1;
-  const double ws = slow_hl_ / kLn2 * (1 - std::exp2(-t / slow_hl_));
-  const double wl = steady_hl_ / kLn2 * (1 - std::exp2(-t / steady_hl_));
+  const double ws = window_slow_, wl = window_steady_;
   const double expect = cl / wl * ws;  // the slow count the steady rate predicts
   const double full = slow_hl_ / kLn2;  // in slow-count units, as the recency bonus
   if (std::abs(cs - expect) <= cfg_.change_z * std::sqrt(expect + 0.25) + 0.5) return cl / wl * full;
@@ -279,6 +286,7 @@ absl::Status HeatPolicy::Restore(std::string_view bytes, const std::string& mode
   }
   std::copy(w, w + kFeatures, w_);
   counts_full_ = true;
+  UpdateClockWindows();
   for (size_t k = 0; k < n; ++k) {
     slow_[k] = heat[k];
     // The other counts restart from the same estimate of the rate.

@@ -213,6 +213,11 @@ class HeatPolicy {
   double steady_hl_;                          // in accesses
   std::vector<double> steady_;                // decayed count, half-life steady_tokens
   bool counts_full_ = false;                  // counts loaded from a heat file: windows are full
+  // The slow and steady counts' windows filled so far, in accesses: they
+  // depend only on the clock, so they are set when it moves (or the counts
+  // are restored full) rather than in every Freq of a victim scan.
+  double window_slow_ = 0, window_steady_ = 0;
+  void UpdateClockWindows();
   std::vector<uint64_t> filled_;
   std::vector<uint64_t> visit_start_;         // per layer: access time its current/last visit began
   std::vector<double> period_;                // per layer: accesses between its visits (EMA)
