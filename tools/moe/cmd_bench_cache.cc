@@ -180,6 +180,7 @@ int RunBenchCache(int argc, char** argv) {
                         {"learned_weights", learned.weights},
                         {"gap_closed_informed", synthetic ? closed_by(informed) : 0.0},
                         {"gap_closed_phase_counts", synthetic ? closed_by(phase_counts) : 0.0},
+                        {"score_ns", {{"ours", ours.score_ns}, {"learned", learned.score_ns}}},
                         {"seconds", secs}};
     if (!warm_path.empty()) {
       j["warm_trace"] = warm_path;
@@ -202,6 +203,9 @@ int RunBenchCache(int argc, char** argv) {
               100 * closed_learned, secs);
   std::printf("static best in hindsight (the trace's most used keys, fixed): %.2f%%, %.0f%% of the gap\n",
               100 * fixed.hit_rate(), 100 * closed_by(fixed));
+  std::printf("eviction order cost: heat %.1f ns, learned %.1f ns per candidate (expertd scores every unpinned "
+              "slab per miss: %.0f us at %lu slots)\n",
+              ours.score_ns, learned.score_ns, ours.score_ns * double(slots) / 1000, (unsigned long)slots);
   if (!warm_path.empty())
     std::printf("warm (heat left by %s): ours %.2f%%, %.0f%% of the gap; learned %.2f%%, %.0f%%\n", warm_path.c_str(),
                 100 * ours_warm.hit_rate(), 100 * closed_by(ours_warm), 100 * learned_warm.hit_rate(),
