@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <random>
 #include <thread>
 
 #include "tests/expertstore/synthetic_model.h"
@@ -379,6 +381,81 @@ TEST(ExpertStore, PinnedExpertsStayAndSessionCloseReleasesLeases) {
   st->CloseSession(s2->index);
   EXPECT_EQ(st->table().LeaseCount(*held[0]), 0u);
   EXPECT_FALSE(st->CheckSession(s2->index, s2->token).ok());
+}
+
+// Four worker threads, each its own session, lease hits from shared memory
+// and fetch misses the way RemoteExpertSource does, with look-ahead hints,
+// under a budget that evicts on nearly every miss, while a fifth thread runs
+// the service's periodic work and admin reads. Every leased slab must hold
+// the right record for as long as it is leased (checked before release).
+// Run under ThreadSanitizer too (docs/EXPERTD.md).
+TEST(ExpertStore, ConcurrentSessionsUnderEvictionReadTheRightBytes) {
+  constexpr int kLayers = 4, kExperts = 8, kThreads = 4, kIters = 150;
+  auto m = WriteSyntheticModel(MakeTempDir("store_conc"), kLayers, kExperts, [](int, int) { return kRec; });
+  StoreConfig c;
+  c.wait_ms = 5000;  // a miss may wait for another thread's lease to end
+  auto st = MakeStore(m, kThreads * 2 + 2, c);  // at most 8 slabs leased or filling at once
+  ASSERT_TRUE(st);
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0}, errors{0}, shm_hits{0};
+  std::thread admin([&] {
+    while (!stop.load()) {
+      st->Maintain();
+      (void)st->Stats();
+      (void)st->Heat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kThreads; ++w) {
+    workers.emplace_back([&, w] {
+      auto sess = st->OpenSession(getpid());
+      if (!sess.ok()) {
+        ++errors;
+        return;
+      }
+      std::mt19937 rng(w + 1);
+      for (int it = 0; it < kIters; ++it) {
+        const int layer = it % kLayers;
+        const int a = int(rng() % kExperts), b = (a + 1 + int(rng() % (kExperts - 1))) % kExperts;
+        std::vector<int> ids{a, b}, miss;
+        std::vector<uint32_t> slabs;
+        for (int e : ids) {
+          if (auto hit = st->table().TryLease(sess->index, layer, e)) {
+            if (!CheckRecordBytes(hit->data, layer, e, kRec)) ++bad;
+            slabs.push_back(hit->slab);
+            ++shm_hits;
+          } else {
+            miss.push_back(e);
+          }
+        }
+        if (it % 3 == 0) st->Hint((layer + 1) % kLayers, {int(rng() % kExperts), int(rng() % kExperts)});
+        auto got = st->Fetch(sess->index, layer, miss);
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (!got[i].ok()) {
+            ++errors;
+            continue;
+          }
+          Lease l;
+          st->table().Describe(*got[i], &l);
+          if (l.layer != layer || l.expert != miss[i] || !CheckRecordBytes(l.data, layer, miss[i], kRec)) ++bad;
+          slabs.push_back(*got[i]);
+        }
+        for (uint32_t s : slabs) st->table().Release(sess->index, s);
+      }
+      st->CloseSession(sess->index);
+    });
+  }
+  for (auto& t : workers) t.join();
+  stop = true;
+  admin.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  auto s = st->Stats();  // ~970 of the 1,200 accesses miss, ~1,070 evictions
+  EXPECT_GT(s.requests, uint64_t(kThreads * kIters * 2 / 2));
+  EXPECT_GT(s.evictions, uint64_t(kThreads * kIters * 2 / 2));
+  EXPECT_GT(shm_hits.load(), 0);
+  for (uint32_t slab = 0; slab < st->table().num_slabs(); ++slab) EXPECT_EQ(st->table().LeaseCount(slab), 0u) << slab;
 }
 
 TEST(ExpertStore, SetBudgetShrinksAndGrowsActiveSlabs) {
