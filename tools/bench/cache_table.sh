@@ -2,14 +2,18 @@
 # Regenerates the policy table of docs/BENCHMARKS.md (## expertd, "Policy"):
 # every committed routing trace and the synthetic GLM-5-shaped one, at the
 # budgets used there, through `moe bench cache --json`; prints markdown rows.
-# Usage: tools/bench/cache_table.sh [BUILD_DIR]   (~1.5 minutes; deterministic)
+# Usage: tools/bench/cache_table.sh [BUILD_DIR] [JSON_OUT]   (~1.5 minutes; deterministic)
+# JSON_OUT: also write every row's two `--json` results (plain, with hints) as
+# a JSON array, for tools/bench/plot_cache.py (docs/cache_policy.png).
 # "+ look-ahead": the same policy given router look-ahead hints, as expertd
 # gets them with prefetch on: the recorded traces' own (the model's router
 # one layer ahead, --lookahead), simulated ones 72% right for the synthetic
 # traces (--lookahead-accuracy 0.72).
 set -euo pipefail
 build=${1:-build}
+json_out=${2:-}
 moe="$build/tools/moe/moe"
+rows_json=()
 R=tests/data/expertstore/routing
 row() {  # label budget-label hint-flags args...
   local label=$1 blabel=$2 hint=$3
@@ -17,6 +21,9 @@ row() {  # label budget-label hint-flags args...
   local plain hinted
   plain=$("$moe" bench cache --json "$@")
   hinted=$("$moe" bench cache --json $hint "$@")
+  if [[ -n $json_out ]]; then
+    rows_json+=("{\"label\": \"$label\", \"budget\": \"$blabel\", \"plain\": $plain, \"hinted\": $hinted}")
+  fi
   python3 -c '
 import json, sys
 j = json.loads(sys.argv[3]); k = json.loads(sys.argv[4]); h = j["hit_rate"]; label, blabel = sys.argv[1], sys.argv[2]
@@ -50,3 +57,6 @@ for t in glm_tiny_chat_docstrings glm_tiny_chat_chats; do
     row "trained $t" "$2 ($1 of 96)" --lookahead --trace $R/$t.txt --budget $1 --expert-bytes 1
   done
 done
+if [[ -n $json_out ]]; then
+  (IFS=,; echo "[${rows_json[*]}]") | python3 -c 'import json, sys; json.dump(json.load(sys.stdin), sys.stdout, indent=1)' >"$json_out"
+fi
