@@ -90,6 +90,9 @@ class RoutingRecorder {
     t.num_experts = c.n_routed_experts;
     t.top_k = c.num_experts_per_tok;
     for (const auto& [key, ids] : rows_) {
+      if (ids.size() != t.top_k)  // the trace format holds exactly top_k per row
+        return absl::InternalError(absl::StrCat("--record-routing: position ", key.first, " layer ", key.second,
+                                                " routed to ", ids.size(), " experts, not top-", t.top_k));
       const auto a = ahead_.find(key);
       expertstore::AppendRow(t, key.first, uint32_t(key.second), ids,
                              a != ahead_.end() ? std::span<const uint32_t>(a->second) : std::span<const uint32_t>());
