@@ -86,7 +86,9 @@ void CheckValuesAgainstSource(const Container& c, const std::string& in_dir) {
     ASSERT_TRUE(mapped.ok()) << mapped.status().message();
     EXPECT_EQ(reinterpret_cast<uintptr_t>(mapped->data) % 64, 0u);
     EXPECT_EQ(std::memcmp(mapped->data, data.data(), data.size()), 0);
-    if (!scales.empty()) EXPECT_EQ(std::memcmp(mapped->scales, scales.data(), scales.size() * 4), 0);
+    if (!scales.empty()) {
+      EXPECT_EQ(std::memcmp(mapped->scales, scales.data(), scales.size() * 4), 0);
+    }
     const int64_t g = GroupSize(t.format, t.cols), ng = GroupsPerRow(t.format, t.cols);
     for (int64_t i = 0; i < static_cast<int64_t>(got->size()); ++i) {
       const float w = (*want)[i], v = (*got)[i];
