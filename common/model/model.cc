@@ -380,6 +380,7 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
 #pragma omp parallel if (S * nh * T * (dq + dv) > (1 << 18))
     {
       std::vector<float> w(std::max(dn, dv) * rkv), ql(kRowChunk * kHeadBlock * rkv), ctx(ql.size()), sc;
+      std::vector<float> mx(kHeadBlock), sum(kHeadBlock), dl(kHeadBlock), dp(kHeadBlock);  // per head of a row
 #pragma omp for schedule(static) collapse(2)
       for (int64_t blk = 0; blk < nblocks; ++blk) {
         for (int64_t ch = 0; ch < nchunks; ++ch) {
@@ -399,7 +400,8 @@ void Model::AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, in
             const auto ks = keys_of(s0 + s);  // per row, not all S at once: S x T ints for a long prefill
             const size_t nk = ks.size();
             sc.assign(hn * nk, 0.0f);
-            std::vector<float> mx(hn, -INFINITY), sum(hn, 0.0f), dl(hn), dp(hn);
+            std::fill(mx.begin(), mx.end(), -INFINITY);
+            std::fill(sum.begin(), sum.end(), 0.0f);
             for (size_t i = 0; i < nk; ++i) {
               const int64_t t = ks[i];
               DotF32Many(ql.data() + s * kHeadBlock * rkv, rkv, hn, lats.data() + slot[t] * rkv, rkv, dl.data());
