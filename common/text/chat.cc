@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/base/json.h"
 #include "common/base/status.h"
 #include "common/text/py_json.h"
 #include "common/text/utf8.h"
@@ -58,8 +59,8 @@ std::string SplitLast(std::string_view s, std::string_view sep) {
 absl::StatusOr<ojson> ArgsObject(const ToolCall& tc) {
   if (tc.arguments.is_object()) return tc.arguments;
   if (tc.arguments.is_string()) {
-    ojson j = ojson::parse(tc.arguments.get<std::string>(), nullptr, false);
-    if (!j.is_discarded() && j.is_object()) return j;
+    auto j = ParseOrderedJson(tc.arguments.get<std::string>());
+    if (j.ok() && j->is_object()) return *std::move(j);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("tool call '", tc.name, "': arguments must be a JSON object (or a string holding one)"));
@@ -329,8 +330,9 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessagesJson(const ojson& msgs) {
 }
 
 absl::StatusOr<ChatRequest> ParseChatRequestJson(std::string_view text) {
-  ojson j = ojson::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("chat: malformed JSON");
+  auto parsed = ParseOrderedJson(text);
+  if (!parsed.ok()) return Annotate(parsed.status(), "chat");
+  const ojson j = *std::move(parsed);
   ChatRequest r;
   try {
     if (j.is_array()) {

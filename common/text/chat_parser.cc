@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/base/json.h"
+
 namespace moe::text {
 namespace {
 
@@ -57,8 +59,10 @@ ToolCall GlmOutputParser::ParseCall(std::string_view body) const {
     const std::string type = ParamType(tools_, tc.name, key);
     ojson v;
     if (type != "string") {
-      v = ojson::parse(value, nullptr, false);
-      if (v.is_discarded()) v = value;
+      // Model output is as untrusted as a request: a value nested deeper than the bound
+      // stays a string (dumping or copying it would recurse per level).
+      auto parsed = ParseOrderedJson(value);
+      v = parsed.ok() ? *std::move(parsed) : ojson(value);
     } else {
       v = value;
     }

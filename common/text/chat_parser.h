@@ -7,8 +7,9 @@
 // reasoning (start_in_reasoning=true); with enable_thinking=false it ends with "</think>"
 // and generation starts in content.
 // Argument values: a string when the tool's JSON schema says "type": "string" (or the value
-// is not valid JSON), otherwise the parsed JSON value -- the template writes strings raw and
-// everything else as JSON, so without a schema "2" comes back as the number 2.
+// is not valid JSON, or nests deeper than kDefaultMaxJsonDepth), otherwise the parsed JSON
+// value -- the template writes strings raw and everything else as JSON, so without a schema
+// "2" comes back as the number 2.
 // Streaming contract: Push never emits text that could still turn out to be part of a tag
 // (held back: at most one tag's length); concatenating all deltas (plus Finish) gives the
 // same reasoning/content/tool calls as Parse on the whole text, before Parse's final strip.

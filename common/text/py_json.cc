@@ -1,6 +1,7 @@
 #include "common/text/py_json.h"
 
 #include <cstdio>
+#include <vector>
 
 #include "common/text/utf8.h"
 
@@ -50,32 +51,8 @@ void DumpString(const std::string& raw, bool ensure_ascii, std::string* out) {
   out->push_back('"');
 }
 
-void Dump(const nlohmann::ordered_json& j, bool ensure_ascii, std::string* out) {
+void DumpScalar(const nlohmann::ordered_json& j, bool ensure_ascii, std::string* out) {
   switch (j.type()) {
-    case nlohmann::json::value_t::object: {
-      out->push_back('{');
-      bool first = true;
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        if (!first) *out += ", ";
-        first = false;
-        DumpString(it.key(), ensure_ascii, out);
-        *out += ": ";
-        Dump(it.value(), ensure_ascii, out);
-      }
-      out->push_back('}');
-      break;
-    }
-    case nlohmann::json::value_t::array: {
-      out->push_back('[');
-      bool first = true;
-      for (const auto& v : j) {
-        if (!first) *out += ", ";
-        first = false;
-        Dump(v, ensure_ascii, out);
-      }
-      out->push_back(']');
-      break;
-    }
     case nlohmann::json::value_t::string:
       DumpString(j.get_ref<const std::string&>(), ensure_ascii, out);
       break;
@@ -89,6 +66,41 @@ void Dump(const nlohmann::ordered_json& j, bool ensure_ascii, std::string* out) 
     default:  // numbers: nlohmann writes integers as is and floats shortest round-trip
       *out += j.dump();
       break;
+  }
+}
+
+// Iterative (an explicit stack, no recursion): the value may come from a client and nest
+// arbitrarily deep; the thread's stack must not be what bounds it.
+void Dump(const nlohmann::ordered_json& root, bool ensure_ascii, std::string* out) {
+  struct Frame {
+    const nlohmann::ordered_json* node;
+    nlohmann::ordered_json::const_iterator it;
+  };
+  std::vector<Frame> stack;
+  auto open = [&](const nlohmann::ordered_json& j) {
+    if (!j.is_object() && !j.is_array()) {
+      DumpScalar(j, ensure_ascii, out);
+      return;
+    }
+    out->push_back(j.is_object() ? '{' : '[');
+    stack.push_back({&j, j.cbegin()});
+  };
+  open(root);
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.it == f.node->cend()) {
+      out->push_back(f.node->is_object() ? '}' : ']');
+      stack.pop_back();
+      continue;
+    }
+    if (f.it != f.node->cbegin()) *out += ", ";
+    if (f.node->is_object()) {
+      DumpString(f.it.key(), ensure_ascii, out);
+      *out += ": ";
+    }
+    const nlohmann::ordered_json& child = *f.it;
+    ++f.it;  // before open(): it may grow the stack and move `f`
+    open(child);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "services/gateway/byte_codec.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/json.h"
 
 namespace moe::gateway {
 
@@ -15,7 +16,7 @@ std::string ByteCodec::RenderChat(const ChatRequest& request) {
   std::string s;
   if (!request.tools.is_null() && request.tool_choice != "none") {
     s += "<|tools|>\n";
-    for (const auto& t : request.tools) s += t["function"].dump() + "\n";
+    for (const auto& t : request.tools) s += DumpJson(t["function"]) + "\n";
   }
   for (const auto& m : request.messages) {
     s += "<|" + m.role + "|>\n" + m.content;

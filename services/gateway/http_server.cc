@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/json.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "httplib.h"
@@ -242,24 +243,32 @@ void GatewayHttpServer::Routes() {
   s.set_tcp_nodelay(true);
 
   const size_t max_body = config_.max_body_bytes;
+  // httplib calls this outside its try: nothing here may throw (DumpJson never throws on
+  // the client's bytes, which reach the message through the method and path).
   s.set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    ApiError e;
-    if (res.status == 413) {
-      e = BadRequest(absl::StrCat("request body is larger than the limit of ", max_body, " bytes (--max-body)"), "",
-                     "body_too_large");
-      res.status = 400;
-    } else if (res.status == 404) {
-      e.http_status = 404;
-      e.type = "not_found_error";
-      e.code = "unknown_url";
-      e.message = absl::StrCat("unknown route ", req.method, " ", req.path);
-    } else {
-      e.http_status = res.status;
-      e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
-      e.message = absl::StrCat("HTTP ", res.status, " for ", req.method, " ", req.path);
+    try {
+      ApiError e;
+      const std::string what = req.method.substr(0, 16) + " " + req.path.substr(0, 256);
+      if (res.status == 413) {
+        e = BadRequest(absl::StrCat("request body is larger than the limit of ", max_body, " bytes (--max-body)"), "",
+                       "body_too_large");
+        res.status = 400;
+      } else if (res.status == 404) {
+        e.http_status = 404;
+        e.type = "not_found_error";
+        e.code = "unknown_url";
+        e.message = "unknown route " + what;
+      } else {
+        e.http_status = res.status;
+        e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
+        e.message = absl::StrCat("HTTP ", res.status, " for ", what);
+      }
+      res.set_content(DumpJson(e.ToJson()), "application/json");
+    } catch (...) {
+      res.set_content(R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})",
+                      "application/json");
     }
-    res.set_content(e.ToJson().dump(), "application/json");
   });
 
   auto authenticate = [this](const httplib::Request& req, httplib::Response& res, std::string* key) {
@@ -326,7 +335,7 @@ void GatewayHttpServer::Routes() {
   s.Get("/v1/models", [this, authenticate](const httplib::Request& req, httplib::Response& res) {
     std::string key;
     if (!authenticate(req, res, &key)) return;
-    res.set_content(serving_->ModelsJson().dump(), "application/json");
+    res.set_content(DumpJson(serving_->ModelsJson()), "application/json");
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     int alive = scheduler_->alive_count();
@@ -336,7 +345,7 @@ void GatewayHttpServer::Routes() {
            {"running", admission_->running()},
            {"queued", admission_->queued()}};
     res.status = alive > 0 ? 200 : 503;
-    res.set_content(j.dump(), "application/json");
+    res.set_content(DumpJson(j), "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->Render(admission_, scheduler_), "text/plain; version=0.0.4");

@@ -45,6 +45,7 @@ int Main(int argc, char** argv) {
   int64_t startup_wait_s = 60;
   int64_t max_n = 16;
   int64_t client_poll_ms = 10;
+  int64_t max_json_depth = kDefaultMaxJsonDepth;
 
   FlagSet flags("gateway", "OpenAI-compatible HTTP gateway over inferd workers.");
   flags.AddString("listen", &listen, "HOST:PORT or unix:/path (default 127.0.0.1:8000)");
@@ -64,6 +65,7 @@ int Main(int argc, char** argv) {
   flags.AddInt("probe-ms", &probe_ms, "worker health probe period");
   flags.AddInt("startup-wait-s", &startup_wait_s, "wait this long for a first live worker");
   flags.AddInt("max-n", &max_n, "largest 'n' accepted");
+  flags.AddInt("max-json-depth", &max_json_depth, "deepest nesting of request JSON accepted (deeper: 400)");
   flags.AddInt("client-poll-ms", &client_poll_ms, "how often a waiting request checks that its client is still there");
 
   if (auto code = ParseServiceFlags("gateway", flags, argc, argv)) return *code;
@@ -72,9 +74,10 @@ int Main(int argc, char** argv) {
     return 1;
   };
   if (workers.empty()) return fail(absl::InvalidArgumentError("no --worker given"));
-  if (max_running < 1 || max_queued < 0 || per_key_limit < 0 || max_n < 1 || probe_ms < 10) {
-    return fail(absl::InvalidArgumentError(
-        "--max-running >= 1, --max-queued >= 0, --per-key-limit >= 0, --max-n >= 1, --probe-ms >= 10"));
+  if (max_running < 1 || max_queued < 0 || per_key_limit < 0 || max_n < 1 || probe_ms < 10 || max_json_depth < 2 ||
+      max_json_depth > 1000) {
+    return fail(absl::InvalidArgumentError("--max-running >= 1, --max-queued >= 0, --per-key-limit >= 0, --max-n >= 1, "
+                                           "--probe-ms >= 10, 2 <= --max-json-depth <= 1000"));
   }
   std::unique_ptr<TextCodec> codec;
   if (tokenizer == "byte") {
@@ -128,6 +131,7 @@ int Main(int argc, char** argv) {
   sc.model_name = model_name;
   sc.max_context = ctx;
   sc.max_n = static_cast<int>(max_n);
+  sc.max_json_depth = static_cast<int>(max_json_depth);
   sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
   OpenAIServing serving(sc, codec.get(), &scheduler, &admission, &metrics);
   HttpConfig hc;

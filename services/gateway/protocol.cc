@@ -33,8 +33,8 @@ Err ReadNumber(const json& o, const char* key, double lo, double hi, float* out)
   if (!it->is_number()) return TypeError(key, "a number");
   double v = it->get<double>();
   if (!std::isfinite(v) || v < lo || v > hi) {
-    return BadRequest(std::string("'") + key + "' must be between " + json(lo).dump() + " and " +
-                          json(hi).dump() + ", got " + it->dump(),
+    return BadRequest(std::string("'") + key + "' must be between " + DumpJson(json(lo)) + " and " +
+                          DumpJson(json(hi)) + ", got " + DumpJson(*it),
                       key);
   }
   *out = static_cast<float>(v);
@@ -52,7 +52,7 @@ Err ReadInt(const json& o, const char* key, int64_t lo, int64_t hi, int64_t* out
         int64_t v = static_cast<int64_t>(d);
         if (v < lo || v > hi) {
           return BadRequest(std::string("'") + key + "' must be between " + std::to_string(lo) +
-                                " and " + std::to_string(hi) + ", got " + it->dump(),
+                                " and " + std::to_string(hi) + ", got " + DumpJson(*it),
                             key);
         }
         *out = v;
@@ -154,7 +154,7 @@ Err ParseCommon(const json& o, const ProtocolLimits& limits, bool chat, CommonRe
   int64_t n = 1;
   if (auto e = ReadInt(o, "n", 1, limits.max_n, &n)) {
     if (e->code != "invalid_type") {
-      e->message = "'n' must be between 1 and " + std::to_string(limits.max_n) + ", got " + o["n"].dump();
+      e->message = "'n' must be between 1 and " + std::to_string(limits.max_n) + ", got " + DumpJson(o["n"]);
     }
     return e;
   }
@@ -245,7 +245,7 @@ Err ParseContent(const json& m, const std::string& p, bool allow_null, std::stri
   return std::nullopt;
 }
 
-Err ParseToolCalls(const json& v, const std::string& p) {
+Err ParseToolCalls(const json& v, const std::string& p, int max_depth, std::vector<nlohmann::ordered_json>* args_out) {
   if (!v.is_array()) return TypeError(p, "an array");
   for (size_t i = 0; i < v.size(); ++i) {
     const json& tc = v[i];
@@ -256,12 +256,24 @@ Err ParseToolCalls(const json& v, const std::string& p) {
     auto name = f->find("name");
     if (name == f->end() || !name->is_string()) return TypeError(pp + ".function.name", "a string");
     auto args = f->find("arguments");
-    if (args != f->end() && !args->is_string()) return TypeError(pp + ".function.arguments", "a JSON string");
+    if (args == f->end() || args->is_null()) {
+      args_out->emplace_back(nullptr);
+      continue;
+    }
+    if (!args->is_string()) return TypeError(pp + ".function.arguments", "a JSON string");
+    auto parsed = ParseOrderedJson(args->get_ref<const std::string&>(), max_depth);
+    if (!parsed.ok()) {
+      const bool deep = parsed.status().message().find("deeper") != absl::string_view::npos;
+      return BadRequest("'" + pp + ".function.arguments' " + std::string(parsed.status().message()) +
+                            (deep ? " (--max-json-depth)" : ""),
+                        pp + ".function.arguments", deep ? "json_too_deep" : "invalid_json");
+    }
+    args_out->push_back(*std::move(parsed));
   }
   return std::nullopt;
 }
 
-Err ParseMessages(const json& o, std::vector<ChatMessage>* out) {
+Err ParseMessages(const json& o, int max_depth, std::vector<ChatMessage>* out) {
   auto it = o.find("messages");
   if (it == o.end() || it->is_null()) return BadRequest("'messages' is required", "messages", "missing_required_parameter");
   if (!it->is_array()) return TypeError("messages", "an array");
@@ -287,7 +299,7 @@ Err ParseMessages(const json& o, std::vector<ChatMessage>* out) {
       if (auto e = ReadString(m, "reasoning_content", &msg.reasoning_content, p + ".reasoning_content")) return e;
       auto tc = m.find("tool_calls");
       if (tc != m.end() && !tc->is_null()) {
-        if (auto e = ParseToolCalls(*tc, p + ".tool_calls")) return e;
+        if (auto e = ParseToolCalls(*tc, p + ".tool_calls", max_depth, &msg.tool_call_arguments)) return e;
         msg.tool_calls = *tc;
       }
       if (was_null && msg.tool_calls.is_null()) {
@@ -369,8 +381,15 @@ Err ParseTools(const json& o, ChatRequest* r) {
   return ReadBool(o, "parallel_tool_calls", &parallel);
 }
 
-Err ParseBody(std::string_view body, json* out) {
-  *out = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+// Parses the body, refusing JSON nested deeper than the limit before building it.
+template <class Json>
+Err ParseBody(std::string_view body, int max_depth, Json* out) {
+  if (JsonNestingDepth(body, max_depth) > max_depth) {
+    return BadRequest("request body nests JSON deeper than " + std::to_string(max_depth) +
+                          " levels (--max-json-depth)",
+                      "", "json_too_deep");
+  }
+  *out = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded()) {
     return BadRequest("request body is not valid JSON", "", "invalid_json");
   }
@@ -399,14 +418,15 @@ Err ParseTemplateKwargs(const json& o, ChatRequest* r) {
 
 std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLimits& limits, ChatRequest* out) {
   json o;
-  if (auto e = ParseBody(body, &o)) return e;
-  if (auto e = ParseMessages(o, &out->messages)) return e;
+  if (auto e = ParseBody(body, limits.max_json_depth, &o)) return e;
+  if (auto e = ParseMessages(o, limits.max_json_depth, &out->messages)) return e;
   if (auto e = ParseCommon(o, limits, /*chat=*/true, &out->common)) return e;
   if (auto e = ParseTools(o, out)) return e;
   if (auto e = ParseTemplateKwargs(o, out)) return e;
   if (!out->tools.is_null()) {
     // Validated above on the (key-sorted) json; keep the client's key order.
-    auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+    nlohmann::ordered_json ordered;
+    if (auto e = ParseBody(body, limits.max_json_depth, &ordered)) return e;
     out->tools = ordered["tools"];
   }
   return std::nullopt;
@@ -415,7 +435,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLi
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits,
                                                CompletionRequest* out) {
   json o;
-  if (auto e = ParseBody(body, &o)) return e;
+  if (auto e = ParseBody(body, limits.max_json_depth, &o)) return e;
   auto p = o.find("prompt");
   if (p == o.end() || p->is_null()) return BadRequest("'prompt' is required", "prompt", "missing_required_parameter");
   auto read_ids = [&](const json& arr, const std::string& param) -> Err {

@@ -2,7 +2,9 @@
 // response / stream-chunk JSON builders. No HTTP, no generation logic here
 // (route = http_server.cc, logic = serving.cc; vLLM entrypoints/openai style).
 //
-// Validation contract: every field we know is type-checked and range-checked;
+// Validation contract: the body (and every JSON string inside it, such as tool-call
+// arguments) nests at most max_json_depth levels, so no later walk recurses unboundedly;
+// every field we know is type-checked and range-checked;
 // the first problem found is returned as a 400 ApiError whose `param` names
 // the field (e.g. "messages[2].content", "stop[1]"). Unknown top-level fields
 // are ignored (clients send vendor extras); known fields we cannot honour
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/json.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/api_error.h"
 #include "services/gateway/worker.h"
@@ -30,6 +33,7 @@ struct ProtocolLimits {
   int max_stop = 16;
   int max_top_logprobs = 20;
   int max_completion_logprobs = 5;  // legacy completions `logprobs`
+  int max_json_depth = kDefaultMaxJsonDepth;  // deeper request JSON is a 400 (--max-json-depth)
 };
 
 // Fields shared by both endpoints.
@@ -52,6 +56,9 @@ struct ChatMessage {
   std::string reasoning_content;
   nlohmann::json tool_calls;  // assistant: OpenAI tool_calls array (validated) or null
   std::string tool_call_id;   // tool
+  // function.arguments of each tool call, parsed (depth-bounded) in the client's key
+  // order; null where a call has no arguments.
+  std::vector<nlohmann::ordered_json> tool_call_arguments;
 };
 
 struct ChatRequest {

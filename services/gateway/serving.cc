@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/json.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "services/gateway/sse.h"
@@ -18,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 HttpReply ErrorReply(const ApiError& e) {
   HttpReply r;
   r.status = e.http_status;
-  r.body = e.ToJson().dump();
+  r.body = DumpJson(e.ToJson());
   if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
   return r;
 }
@@ -36,6 +37,7 @@ ProtocolLimits OpenAIServing::limits() const {
   ProtocolLimits l;
   l.model_names = {config_.model_name};
   l.max_n = config_.max_n;
+  l.max_json_depth = config_.max_json_depth;
   return l;
 }
 
@@ -329,9 +331,8 @@ HttpReply OpenAIServing::RunUnary(PreparedRequest& req, ClientStream* io) {
   Usage usage;
   if (auto e = Generate(req, io, &collect, &usage)) return ErrorReply(*e);
   HttpReply r;
-  r.body = (req.chat ? ChatCompletionJson(req.meta, collect.choices, usage)
-                     : CompletionJson(req.meta, collect.choices, usage))
-               .dump(-1, ' ', false, json::error_handler_t::replace);
+  r.body = DumpJson(req.chat ? ChatCompletionJson(req.meta, collect.choices, usage)
+                            : CompletionJson(req.meta, collect.choices, usage));
   return r;
 }
 

@@ -42,6 +42,7 @@ struct ServingConfig {
   int64_t max_context = 4096;
   std::chrono::milliseconds poll{10};  // client-gone check while waiting for tokens
   int max_n = 16;
+  int max_json_depth = kDefaultMaxJsonDepth;  // --max-json-depth
 };
 
 struct HttpReply {

@@ -1,9 +1,11 @@
 #include "services/gateway/sse.h"
 
+#include "common/base/json.h"
+
 namespace moe::gateway {
 
 std::string SseData(const nlohmann::json& event) {
-  return "data: " + event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+  return "data: " + DumpJson(event) + "\n\n";
 }
 
 std::string SseDone() { return "data: [DONE]\n\n"; }

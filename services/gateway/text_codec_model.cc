@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/json.h"
 #include "common/base/status.h"
 #include "common/text/chat_parser.h"
 
@@ -62,14 +63,9 @@ absl::StatusOr<std::string> ModelTextCodec::Render(const ChatRequest& request) c
         text::ToolCall call;
         call.name = tc["function"]["name"].get<std::string>();
         if (tc.contains("id") && tc["id"].is_string()) call.id = tc["id"].get<std::string>();
-        const auto& f = tc["function"];
-        if (f.contains("arguments") && f["arguments"].is_string()) {
-          auto args = ojson::parse(f["arguments"].get<std::string>(), nullptr, false);
-          if (args.is_discarded()) {
-            return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].tool_calls: arguments of '", call.name,
-                                                           "' are not valid JSON"));
-          }
-          call.arguments = args;
+        const size_t k = t.tool_calls.size();
+        if (k < m.tool_call_arguments.size() && !m.tool_call_arguments[k].is_null()) {
+          call.arguments = m.tool_call_arguments[k];  // parsed (depth-bounded) by ParseChatRequest
         }
         t.tool_calls.push_back(std::move(call));
       }
@@ -110,7 +106,7 @@ class GlmParser final : public OutputParser {
     out.content = std::move(d.content);
     out.reasoning = std::move(d.reasoning);
     for (auto& c : d.tool_calls) {
-      std::string args = c.arguments.is_string() ? c.arguments.get<std::string>() : c.arguments.dump();
+      std::string args = c.arguments.is_string() ? c.arguments.get<std::string>() : DumpJson(c.arguments);
       out.tool_calls.push_back(nlohmann::json{{"index", calls_},
                                               {"id", absl::StrCat("call_", calls_)},
                                               {"type", "function"},

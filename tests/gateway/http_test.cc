@@ -178,6 +178,55 @@ int OpenStream(int port, const std::string& body, int events, std::string* got) 
   return fd;
 }
 
+// Sends `request` on a fresh connection and reads until the server closes it or the first
+// response's headers and Content-Length body are complete.
+std::string RawExchange(int port, const std::string& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return "";
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[4096];
+  while (true) {
+    size_t head = got.find("\r\n\r\n");
+    if (head != std::string::npos) {
+      size_t cl = got.find("Content-Length: ");
+      if (cl != std::string::npos && cl < head && got.size() >= head + 4 + std::stoul(got.substr(cl + 16))) break;
+    }
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, n);
+  }
+  ::close(fd);
+  return got;
+}
+
+// Invalid UTF-8 in the method or path reached the error handler's strict JSON dump, which
+// threw outside httplib's try: std::terminate, the whole gateway gone.
+TEST(GatewayHttp, InvalidUtf8InTheRequestLineGetsAJsonError) {
+  Server s("x", 1, {});
+  for (const std::string line : {"GET /%FF HTTP/1.1", "GET /%C0%AF HTTP/1.1", "GET /\xff\xfe HTTP/1.1",
+                                 "\xff\xfe / HTTP/1.1", "POST /v1/chat/completions%FF HTTP/1.1"}) {
+    std::string got = RawExchange(s.port, line + "\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    ASSERT_FALSE(got.empty()) << line;
+    size_t body = got.find("\r\n\r\n");
+    ASSERT_NE(body, std::string::npos) << got;
+    EXPECT_EQ(got.substr(0, 9), "HTTP/1.1 ") << got;
+    auto j = json::parse(got.substr(body + 4), nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << got;
+    EXPECT_TRUE(j.contains("error")) << got;
+  }
+  auto c = s.Client();
+  auto r = c.Get("/health");  // still serving
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 TEST(GatewayHttp, StreamingOverTheWireEndsWithDone) {
   Server s("abcdef", 1, {});
   std::string got;

@@ -141,6 +141,8 @@ TEST(GatewayProtocol, EveryChatErrorIsA400NamingTheField) {
       {ChatWith(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
        "tool_choice.function.name", "invalid_value"},
       {ChatWith(R"("parallel_tool_calls":"no")"), "parallel_tool_calls", "invalid_type"},
+      {R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{not json"}}]}]})",
+       "messages[0].tool_calls[0].function.arguments", "invalid_json"},
   };
   for (const auto& c : cases) {
     auto e = Chat(c.body);
@@ -154,6 +156,36 @@ TEST(GatewayProtocol, EveryChatErrorIsA400NamingTheField) {
     ASSERT_TRUE(j.contains("error"));
     for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(k)) << k;
   }
+}
+
+// JSON nested ~10,000 deep in a 40 KB body (inside tools[].function.parameters, or inside a
+// tool call's arguments string) overflowed the stack of whatever walked it: it is a 400 now,
+// before anything is built from it.
+TEST(GatewayProtocol, JsonDeeperThanTheLimitIsA400) {
+  std::string schema;
+  for (int i = 0; i < 10000; ++i) schema += R"({"type":"object","properties":{"a":)";
+  schema += "{}";
+  for (int i = 0; i < 10000; ++i) schema += "}}";
+  auto e = Chat(ChatWith(R"("tools":[{"type":"function","function":{"name":"f","parameters":)" + schema + "}}]"));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->http_status, 400);
+  EXPECT_EQ(e->code, "json_too_deep");
+  EXPECT_NE(e->message.find("--max-json-depth"), std::string::npos) << e->message;
+  // A deep arguments string: the body itself is shallow, the JSON inside the string is not.
+  const std::string args = std::string(10000, '[') + std::string(10000, ']');
+  e = Chat(std::string(R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[)") +
+           R"({"type":"function","function":{"name":"f","arguments":")" + args + R"("}}]}]})");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code, "json_too_deep");
+  EXPECT_EQ(e->param, "messages[0].tool_calls[0].function.arguments");
+  // Completions bodies too; and the limit is configurable.
+  EXPECT_EQ(Comp(R"({"model":"m","prompt":"x","user":)" + args + "}")->code, "json_too_deep");
+  ProtocolLimits l = Limits();
+  l.max_json_depth = 3;
+  ChatRequest r;
+  EXPECT_FALSE(ParseChatRequest(ChatWith(R"("stop":["a"])"), l, &r));  // depth 3 accepted
+  EXPECT_EQ(ParseChatRequest(ChatWith(R"("tools":[{"type":"function","function":{"name":"f"}}])"), l, &r)->code,
+            "json_too_deep");
 }
 
 TEST(GatewayProtocol, ResponseFormatMessageSaysWhy) {

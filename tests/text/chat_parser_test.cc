@@ -95,5 +95,21 @@ TEST(TextGlmParser, ThinkingOffAndOddEndings) {
   EXPECT_TRUE(m.tool_calls.empty());
 }
 
+// Model output is untrusted too: an argument value nested far deeper than the JSON bound
+// stays a string (parsing it into a value would make every later dump/copy recurse).
+TEST(TextGlmParser, DeeplyNestedArgumentValueStaysAString) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  ChatMessage m = GlmOutputParser::Parse(
+      "</think><tool_call>get_weather<arg_key>days</arg_key><arg_value>" + deep + "</arg_value></tool_call>", true);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  ASSERT_TRUE(m.tool_calls[0].arguments["days"].is_string());
+  EXPECT_EQ(m.tool_calls[0].arguments["days"].get<std::string>(), deep);
+  // Shallow JSON is still parsed.
+  m = GlmOutputParser::Parse("</think><tool_call>get_weather<arg_key>days</arg_key><arg_value>[[2]]</arg_value></tool_call>",
+                             true);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.tool_calls[0].arguments["days"], ojson::parse("[[2]]"));
+}
+
 }  // namespace
 }  // namespace moe::text

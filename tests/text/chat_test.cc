@@ -115,6 +115,33 @@ TEST(TextChat, PyJsonDumpsMatchesPython) {
   EXPECT_EQ(PyJsonDumps(ojson("é😀"), /*ensure_ascii=*/true), "\"\\u00e9\\ud83d\\ude00\"");
 }
 
+// The writer keeps its own stack: a value nested far deeper than a thread's stack could
+// recurse (tools[].function.parameters 10,000 deep crashed the gateway) is written whole.
+TEST(TextChat, PyJsonDumpsDoesNotRecurseOnDeepValues) {
+  constexpr int kDepth = 200000;
+  ojson j = ojson::array();
+  for (int i = 0; i < kDepth; ++i) j = ojson{{"a", std::move(j)}};
+  const std::string out = PyJsonDumps(j);
+  std::string want;
+  for (int i = 0; i < kDepth; ++i) want += "{\"a\": ";
+  want += "[]" + std::string(kDepth, '}');
+  EXPECT_EQ(out, want);
+}
+
+TEST(TextChat, ToolArgumentsNestedTooDeepAreAnErrorNotACrash) {
+  const std::string deep = std::string(10000, '[') + std::string(10000, ']');
+  ojson req = ojson::array({ojson{{"role", "assistant"},
+                                  {"content", ""},
+                                  {"tool_calls", ojson::array({ojson{{"function", {{"name", "f"}, {"arguments", deep}}}}})}}});
+  auto parsed = ParseChatRequestJson(req.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(RenderChat(ChatFormat::kGlm, *parsed).ok());
+  // The whole request nested too deep is refused by the parser, naming why.
+  auto whole = ParseChatRequestJson("[" + deep + "]");
+  ASSERT_FALSE(whole.ok());
+  EXPECT_NE(whole.status().message().find("deeper"), absl::string_view::npos) << whole.status();
+}
+
 }  // namespace
 }  // namespace moe::text
 
