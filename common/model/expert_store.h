@@ -19,7 +19,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "common/model/expert_source.h"
+#include "common/expert_source/expert_source.h"
 #include "common/model/weights.h"
 
 namespace moe {

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "common/model/expert_source.h"
+#include "common/expert_source/expert_source.h"
 
 namespace moe {
 

@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
 #include "common/kernels/kernels.h"
-#include "common/model/expert_source.h"
+#include "common/expert_source/expert_source.h"
 #include "common/model/kv_cache.h"
 #include "common/model/weights.h"
 

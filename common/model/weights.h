@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
-#include "common/model/expert_source.h"
+#include "common/expert_source/expert_source.h"
 #include "common/format/container.h"
 #include "common/format/safetensors.h"
 #include "common/model/linear.h"

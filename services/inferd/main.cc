@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "common/model/memory_fit.h"
-#include "services/expertd/remote_expert_source.h"
+#include "services/expertd_client/remote_expert_source.h"
 #include "services/inferd/engine_model.h"
 #include "services/inferd/service.h"
 

@@ -16,7 +16,7 @@
 #include "common/format/convert.h"
 #include "common/model/engine.h"
 #include "common/model/weights.h"
-#include "services/expertd/remote_expert_source.h"
+#include "services/expertd_client/remote_expert_source.h"
 
 extern char** environ;
 

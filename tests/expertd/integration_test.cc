@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "common/format/crc32c.h"
-#include "services/expertd/client.h"
+#include "services/expertd_client/client.h"
 #include "tests/expertstore/synthetic_model.h"
 
 extern char** environ;

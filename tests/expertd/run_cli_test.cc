@@ -23,7 +23,7 @@
 #include "common/expertstore/cache_sim.h"
 #include "common/format/container.h"
 #include "common/format/convert.h"
-#include "services/expertd/client.h"
+#include "services/expertd_client/client.h"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/format/crc32c.h"
-#include "services/expertd/client.h"
+#include "services/expertd_client/client.h"
 
 int main(int argc, char** argv) {
   if (argc < 5) {

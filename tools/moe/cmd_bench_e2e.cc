@@ -50,7 +50,7 @@
 #include "common/expertstore/record_locator.h"
 #include "common/kernels/kernels.h"
 #include "nlohmann/json.hpp"
-#include "services/expertd/client.h"
+#include "services/expertd_client/client.h"
 #include "tools/moe/bench_io.h"
 #include "tools/moe/commands.h"
 

@@ -20,7 +20,7 @@
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
 #include "nlohmann/json.hpp"
-#include "services/expertd/client.h"
+#include "services/expertd_client/client.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {

@@ -12,7 +12,7 @@
 #include "common/base/flags.h"
 #include "common/base/status.h"
 #include "nlohmann/json.hpp"
-#include "services/expertd/client.h"
+#include "services/expertd_client/client.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/cmd_heat_png.h"
 

@@ -19,7 +19,7 @@
 #include "common/base/status.h"
 #include "common/expertstore/cache_sim.h"
 #include "common/model/engine.h"
-#include "services/expertd/remote_expert_source.h"
+#include "services/expertd_client/remote_expert_source.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
 

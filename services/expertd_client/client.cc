@@ -1,4 +1,4 @@
-#include "services/expertd/client.h"
+#include "services/expertd_client/client.h"
 
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// RemoteExpertSource: the engine's ExpertSource (common/model/expert_source.h)
+// RemoteExpertSource: the engine's ExpertSource (common/expert_source/expert_source.h)
 // backed by expertd. A hit is a lease from the shared table (no RPC); a miss
 // is one FetchExperts RPC that waits until expertd has read the record.
 // Matrix shapes and formats come from the worker's own container (it maps
@@ -22,8 +22,8 @@
 #include <thread>
 
 #include "common/format/container.h"
-#include "common/model/expert_source.h"
-#include "services/expertd/client.h"
+#include "common/expert_source/expert_source.h"
+#include "services/expertd_client/client.h"
 
 namespace moe::expertd {
 

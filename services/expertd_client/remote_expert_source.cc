@@ -1,4 +1,4 @@
-#include "services/expertd/remote_expert_source.h"
+#include "services/expertd_client/remote_expert_source.h"
 
 #include <map>
 
