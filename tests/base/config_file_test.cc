@@ -5,7 +5,7 @@
 namespace moe {
 namespace {
 
-TEST(GatewayConfigFile, SectionLinesBecomeFlagsBeforeTheCommandLine) {
+TEST(ConfigFile, SectionLinesBecomeFlagsBeforeTheCommandLine) {
   auto args = ParseConfigSection("# c\nlog = info\n[gateway]\nlisten = 127.0.0.1:9\nworker = a\nworker=b\n"
                                  "[inferd]\nmodel = /m\n",
                                  "gateway", "t.conf");
@@ -15,7 +15,7 @@ TEST(GatewayConfigFile, SectionLinesBecomeFlagsBeforeTheCommandLine) {
   EXPECT_EQ(*inferd, (std::vector<std::string>{"--model=/m"}));
 }
 
-TEST(GatewayConfigFile, MalformedLinesNameFileAndLine) {
+TEST(ConfigFile, MalformedLinesNameFileAndLine) {
   auto bad = ParseConfigSection("[gateway]\nno equals sign\n", "gateway", "x.conf");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("x.conf:2"), std::string::npos);
@@ -24,7 +24,7 @@ TEST(GatewayConfigFile, MalformedLinesNameFileAndLine) {
   EXPECT_FALSE(ReadConfigSection("/nonexistent/moe.conf", "gateway").ok());
 }
 
-TEST(GatewayConfigFile, ArgsWithConfigDropsTheConfigFlag) {
+TEST(ConfigFile, ArgsWithConfigDropsTheConfigFlag) {
   char a0[] = "gateway", a1[] = "--listen=x:1", a2[] = "--config", a3[] = "/nonexistent.conf";
   char* argv[] = {a0, a1, a2, a3};
   EXPECT_FALSE(ArgsWithConfig(4, argv, "gateway").ok());  // file missing -> error, not ignored
