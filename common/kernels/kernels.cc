@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/base/env.h"
+#include "common/base/env_var.h"
 #include "common/base/status.h"
 #include "common/kernels/kernel_impl.h"
 #include "common/kernels/thread_pool.h"
@@ -62,7 +62,7 @@ int Kernels::threads() const { return pool_->size(); }
 absl::StatusOr<std::unique_ptr<Kernels>> Kernels::Create(const KernelConfig& config) {
   Isa isa = config.isa;
   if (isa == Isa::kAuto) {
-    if (auto env = GetEnv("MOE_KERNEL_ISA"); env.has_value() && !env->empty()) {
+    if (auto env = GetEnvVar("MOE_KERNEL_ISA"); env.has_value() && !env->empty()) {
       MOE_ASSIGN_OR_RETURN(isa, ParseIsa(*env));
       if (isa == Isa::kAuto) isa = BestIsa();
     } else {

@@ -22,7 +22,7 @@
 //
 // ISA choice: Kernels::Create picks KernelConfig::isa; kAuto means the
 // environment variable MOE_KERNEL_ISA (scalar|avx2|avx512, read once through
-// common/base/env.h) if set, else the best variant this CPU supports (CPUID +
+// common/base/env_var.h) if set, else the best variant this CPU supports (CPUID +
 // XCR0). Forcing a variant the CPU cannot run is an error. Builds with
 // MOE_BASELINE_AVX2_ONLY leave out the AVX-512 variant entirely.
 //

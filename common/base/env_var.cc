@@ -1,10 +1,10 @@
-#include "common/base/env.h"
+#include "common/base/env_var.h"
 
 #include <cstdlib>
 
 namespace moe {
 
-std::optional<std::string> GetEnv(const char* name) {
+std::optional<std::string> GetEnvVar(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
   return std::string(v);
