@@ -31,7 +31,7 @@ struct ApiError {
 
 ApiError BadRequest(std::string message, std::string param = "", std::string code = "invalid_value");
 ApiError TypeError(const std::string& param, const std::string& expected);
-// Maps a Status from the worker/scheduler layer onto an API error.
+// Maps a Status from the worker/placer layer onto an API error.
 ApiError FromStatus(const absl::Status& status);
 
 }  // namespace moe::gateway

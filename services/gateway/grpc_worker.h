@@ -6,7 +6,7 @@
 // Cancel() sends the Cancel RPC (asynchronously) and cancels the call's
 // context, so the worker drops the sequence before its next step either way.
 // Transport failures (worker gone, socket refused) become Unavailable
-// (the scheduler takes the worker out of rotation).
+// (the placer takes the worker out of rotation).
 // Thread safety: all methods are thread-safe.
 #pragma once
 

@@ -219,12 +219,12 @@ void Reply(httplib::Response& res, const HttpReply& r) {
 }  // namespace
 
 GatewayHttpServer::GatewayHttpServer(HttpConfig config, OpenAIServing* serving, const ApiKeys* keys,
-                                     AdmissionController* admission, Scheduler* scheduler, Metrics* metrics)
+                                     AdmissionController* admission, SequencePlacer* placer, Metrics* metrics)
     : config_(std::move(config)),
       serving_(serving),
       keys_(keys),
       admission_(admission),
-      scheduler_(scheduler),
+      placer_(placer),
       metrics_(metrics),
       server_(std::make_unique<Server>(config_, &stopping_)) {
   Routes();
@@ -338,17 +338,17 @@ void GatewayHttpServer::Routes() {
     res.set_content(DumpJson(serving_->ModelsJson()), "application/json");
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    int alive = scheduler_->alive_count();
+    int alive = placer_->alive_count();
     json j{{"status", alive > 0 ? "ok" : "unavailable"},
            {"workers_alive", alive},
-           {"workers", scheduler_->size()},
+           {"workers", placer_->size()},
            {"running", admission_->running()},
            {"queued", admission_->queued()}};
     res.status = alive > 0 ? 200 : 503;
     res.set_content(DumpJson(j), "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->Render(admission_, scheduler_), "text/plain; version=0.0.4");
+    res.set_content(metrics_->Render(admission_, placer_), "text/plain; version=0.0.4");
   });
 }
 

@@ -39,7 +39,7 @@ struct HttpConfig {
 class GatewayHttpServer {
  public:
   GatewayHttpServer(HttpConfig config, OpenAIServing* serving, const ApiKeys* keys, AdmissionController* admission,
-                    Scheduler* scheduler, Metrics* metrics);
+                    SequencePlacer* placer, Metrics* metrics);
   ~GatewayHttpServer();
 
   // Binds; returns the bound TCP port (0 for unix sockets).
@@ -57,7 +57,7 @@ class GatewayHttpServer {
   OpenAIServing* serving_;
   const ApiKeys* keys_;
   AdmissionController* admission_;
-  Scheduler* scheduler_;
+  SequencePlacer* placer_;
   Metrics* metrics_;
   std::unique_ptr<Server> server_;
   std::atomic<bool> stopping_{false};

@@ -94,19 +94,19 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < workers.size(); ++i) {
     ws.push_back(std::make_shared<GrpcWorker>(absl::StrCat("w", i, "(", workers[i], ")"), workers[i]));
   }
-  Scheduler scheduler(ws, SchedulerConfig{});
+  SequencePlacer placer(ws, SequencePlacerConfig{});
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(startup_wait_s);
-  scheduler.ProbeAll();
-  while (scheduler.alive_count() == 0 && std::chrono::steady_clock::now() < deadline) {
+  placer.ProbeAll();
+  while (placer.alive_count() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    scheduler.ProbeAll();
+    placer.ProbeAll();
   }
   int64_t ctx = max_model_len;
-  for (const auto& w : scheduler.Snapshot()) {
+  for (const auto& w : placer.Snapshot()) {
     if (w.alive && max_model_len == 0 && (ctx == 0 || w.info.max_context < ctx)) ctx = w.info.max_context;
   }
   // A tokenizer whose ids the model does not have would fail every request: refuse to start.
-  if (absl::Status fit = CheckTokenizerFitsWorkers(tokenizer, codec->vocab_size(), scheduler.Snapshot());
+  if (absl::Status fit = CheckTokenizerFitsWorkers(tokenizer, codec->vocab_size(), placer.Snapshot());
       !fit.ok()) {
     if (tokenizer != "byte") return fail(fit);
     MOE_LOG(WARNING) << fit.message() << " (byte codec: only token-id prompts below it will work)";
@@ -114,7 +114,7 @@ int Main(int argc, char** argv) {
   // Workers that come up later are held to the same check: out of rotation, reason logged.
   if (tokenizer != "byte") {
     const int64_t vocab = codec->vocab_size();
-    scheduler.SetAdmission([tokenizer, vocab](const std::string& worker, const WorkerInfo& info) {
+    placer.SetAdmission([tokenizer, vocab](const std::string& worker, const WorkerInfo& info) {
       return CheckTokenizerFitsWorker(tokenizer, vocab, worker, info.vocab_size);
     });
   }
@@ -122,7 +122,7 @@ int Main(int argc, char** argv) {
     return fail(absl::UnavailableError(absl::StrCat("no worker answered within ", startup_wait_s,
                                                     " s and --max-model-len is not set")));
   }
-  MOE_LOG(INFO) << "gateway: " << scheduler.alive_count() << "/" << ws.size() << " workers live, context " << ctx;
+  MOE_LOG(INFO) << "gateway: " << placer.alive_count() << "/" << ws.size() << " workers live, context " << ctx;
 
   Metrics metrics;
   AdmissionController admission({static_cast<int>(max_running), static_cast<int>(max_queued),
@@ -133,12 +133,12 @@ int Main(int argc, char** argv) {
   sc.max_n = static_cast<int>(max_n);
   sc.max_json_depth = static_cast<int>(max_json_depth);
   sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
-  OpenAIServing serving(sc, codec.get(), &scheduler, &admission, &metrics);
+  OpenAIServing serving(sc, codec.get(), &placer, &admission, &metrics);
   HttpConfig hc;
   hc.listen = listen;
   hc.max_body_bytes = max_body;
   hc.threads = static_cast<int>(http_threads > 0 ? http_threads : max_running + max_queued + 16);
-  GatewayHttpServer server(hc, &serving, &*keys, &admission, &scheduler, &metrics);
+  GatewayHttpServer server(hc, &serving, &*keys, &admission, &placer, &metrics);
   auto port = server.Bind();
   if (!port.ok()) return fail(port.status());
   MOE_LOG(INFO) << "gateway: listening on " << listen << (*port > 0 ? absl::StrCat(" (port ", *port, ")") : "");
@@ -150,7 +150,7 @@ int Main(int argc, char** argv) {
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, std::chrono::milliseconds(probe_ms), [&] { return stop; })) {
       lock.unlock();
-      scheduler.ProbeAll();
+      placer.ProbeAll();
       lock.lock();
     }
   });

@@ -2,7 +2,7 @@
 
 #include "prometheus/text_serializer.h"
 #include "services/gateway/admission.h"
-#include "services/gateway/scheduler.h"
+#include "services/gateway/sequence_placer.h"
 
 namespace moe::gateway {
 
@@ -71,15 +71,15 @@ void Metrics::ObserveRequest(const std::string& endpoint, int http_status, doubl
   duration_->Add({{"endpoint", endpoint}}, kLatencyBuckets).Observe(seconds);
 }
 
-std::string Metrics::Render(const AdmissionController* admission, const Scheduler* scheduler) {
+std::string Metrics::Render(const AdmissionController* admission, const SequencePlacer* placer) {
   if (admission) {
     queue_->Set(admission->queued());
     running_->Set(admission->running());
   }
-  if (scheduler) {
+  if (placer) {
     auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& w : scheduler->Snapshot()) {
+    for (const auto& w : placer->Snapshot()) {
       prometheus::Labels l{{"worker", w.name}};
       w_active_->Add(l).Set(w.active);
       w_up_->Add(l).Set(w.alive ? 1 : 0);

@@ -32,7 +32,7 @@
 namespace moe::gateway {
 
 class AdmissionController;
-class Scheduler;
+class SequencePlacer;
 
 class Metrics {
  public:
@@ -43,9 +43,9 @@ class Metrics {
   void AddTokens(int64_t n) { tokens_->Increment(static_cast<double>(n)); }
   void AddCancelled() { cancelled_->Increment(); }
 
-  // Samples gauges from the admission controller and scheduler, then
+  // Samples gauges from the admission controller and placer, then
   // serializes the registry.
-  std::string Render(const AdmissionController* admission, const Scheduler* scheduler);
+  std::string Render(const AdmissionController* admission, const SequencePlacer* placer);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

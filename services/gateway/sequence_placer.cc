@@ -1,4 +1,4 @@
-#include "services/gateway/scheduler.h"
+#include "services/gateway/sequence_placer.h"
 
 #include <limits>
 
@@ -7,7 +7,7 @@
 
 namespace moe::gateway {
 
-std::vector<uint64_t> Scheduler::BlockHashes(const std::vector<int32_t>& prompt, int block_tokens) {
+std::vector<uint64_t> SequencePlacer::BlockHashes(const std::vector<int32_t>& prompt, int block_tokens) {
   std::vector<uint64_t> out;
   if (block_tokens <= 0) return out;
   uint64_t h = 1469598103934665603ull;  // FNV-1a over token ids, chained across blocks
@@ -25,15 +25,15 @@ std::vector<uint64_t> Scheduler::BlockHashes(const std::vector<int32_t>& prompt,
   return out;
 }
 
-Scheduler::Scheduler(std::vector<std::shared_ptr<Worker>> workers, SchedulerConfig config)
+SequencePlacer::SequencePlacer(std::vector<std::shared_ptr<Worker>> workers, SequencePlacerConfig config)
     : config_(config), workers_(std::move(workers)) {
   slots_.resize(workers_.size());
   for (size_t i = 0; i < workers_.size(); ++i) slots_[i].worker = workers_[i];
 }
 
-Scheduler::~Scheduler() = default;
+SequencePlacer::~SequencePlacer() = default;
 
-int Scheduler::PickLocked(const std::vector<uint64_t>& hashes, const std::vector<bool>* exclude) const {
+int SequencePlacer::PickLocked(const std::vector<uint64_t>& hashes, const std::vector<bool>* exclude) const {
   int min_load = std::numeric_limits<int>::max();
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (!slots_[i].alive || (exclude && (*exclude)[i])) continue;
@@ -56,7 +56,7 @@ int Scheduler::PickLocked(const std::vector<uint64_t>& hashes, const std::vector
   return best;
 }
 
-void Scheduler::RememberLocked(int idx, const std::vector<uint64_t>& hashes) {
+void SequencePlacer::RememberLocked(int idx, const std::vector<uint64_t>& hashes) {
   Slot& s = slots_[idx];
   for (uint64_t h : hashes) {
     if (s.blocks.insert(h).second) s.block_order.push_back(h);
@@ -67,13 +67,13 @@ void Scheduler::RememberLocked(int idx, const std::vector<uint64_t>& hashes) {
   }
 }
 
-int Scheduler::Pick(const std::vector<int32_t>& prompt) const {
+int SequencePlacer::Pick(const std::vector<int32_t>& prompt) const {
   auto hashes = BlockHashes(prompt, config_.block_tokens);
   std::lock_guard<std::mutex> lock(mu_);
   return PickLocked(hashes, nullptr);
 }
 
-void Scheduler::MarkDead(size_t index, const std::string& why) {
+void SequencePlacer::MarkDead(size_t index, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (index >= slots_.size()) return;
   if (slots_[index].alive) {
@@ -84,12 +84,12 @@ void Scheduler::MarkDead(size_t index, const std::string& why) {
   ++slots_[index].failures;
 }
 
-void Scheduler::SetAdmission(Admission admit) {
+void SequencePlacer::SetAdmission(Admission admit) {
   std::lock_guard<std::mutex> lock(mu_);
   admit_ = std::move(admit);
 }
 
-void Scheduler::ProbeAll() {
+void SequencePlacer::ProbeAll() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     auto info = workers_[i]->Health();
     Admission admit;
@@ -128,7 +128,7 @@ void Scheduler::ProbeAll() {
   }
 }
 
-std::vector<WorkerSnapshot> Scheduler::Snapshot() const {
+std::vector<WorkerSnapshot> SequencePlacer::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<WorkerSnapshot> out;
   for (const auto& s : slots_) {
@@ -146,7 +146,7 @@ std::vector<WorkerSnapshot> Scheduler::Snapshot() const {
   return out;
 }
 
-int Scheduler::alive_count() const {
+int SequencePlacer::alive_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;
   for (const auto& s : slots_) n += s.alive ? 1 : 0;
@@ -155,10 +155,10 @@ int Scheduler::alive_count() const {
 
 // One logical sequence: the current attempt plus finished attempts kept until
 // destruction (an attempt is never destroyed on its own callback thread).
-class Scheduler::Handle final : public SeqHandle {
+class SequencePlacer::Handle final : public SeqHandle {
  public:
   struct State {
-    Scheduler* sched = nullptr;
+    SequencePlacer* placer = nullptr;
     GenerateParams params;
     std::vector<uint64_t> hashes;
     SeqSink sink;
@@ -192,7 +192,7 @@ class Scheduler::Handle final : public SeqHandle {
   // Starts an attempt on a live worker not tried yet; false when none is left.
   // Caller holds st->mu.
   static bool StartAttemptLocked(const std::shared_ptr<State>& st, absl::Status* why) {
-    Scheduler* s = st->sched;
+    SequencePlacer* s = st->placer;
     int idx;
     {
       std::lock_guard<std::mutex> lock(s->mu_);
@@ -219,7 +219,7 @@ class Scheduler::Handle final : public SeqHandle {
   }
 
   static void OnEvent(const std::shared_ptr<State>& st, int idx, SeqEvent ev) {
-    Scheduler* s = st->sched;
+    SequencePlacer* s = st->placer;
     if (ev.kind == SeqEvent::kToken) {
       {
         std::lock_guard<std::mutex> lock(s->mu_);
@@ -255,9 +255,9 @@ class Scheduler::Handle final : public SeqHandle {
   std::shared_ptr<State> st_;
 };
 
-std::unique_ptr<SeqHandle> Scheduler::Start(GenerateParams params, SeqSink sink) {
+std::unique_ptr<SeqHandle> SequencePlacer::Start(GenerateParams params, SeqSink sink) {
   auto st = std::make_shared<Handle::State>();
-  st->sched = this;
+  st->placer = this;
   st->hashes = BlockHashes(params.prompt, config_.block_tokens);
   st->params = std::move(params);
   st->sink = std::move(sink);

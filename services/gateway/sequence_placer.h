@@ -33,7 +33,7 @@
 
 namespace moe::gateway {
 
-struct SchedulerConfig {
+struct SequencePlacerConfig {
   int block_tokens = 64;
   int affinity_slack = 2;
   int max_attempts = 3;
@@ -51,10 +51,10 @@ struct WorkerSnapshot {
   WorkerInfo info;  // from the last successful probe
 };
 
-class Scheduler {
+class SequencePlacer {
  public:
-  Scheduler(std::vector<std::shared_ptr<Worker>> workers, SchedulerConfig config);
-  ~Scheduler();
+  SequencePlacer(std::vector<std::shared_ptr<Worker>> workers, SequencePlacerConfig config);
+  ~SequencePlacer();
 
   // Same contract as Worker::Generate (see worker.h), across all workers.
   std::unique_ptr<SeqHandle> Start(GenerateParams params, SeqSink sink);
@@ -99,7 +99,7 @@ class Scheduler {
   int PickLocked(const std::vector<uint64_t>& hashes, const std::vector<bool>* exclude) const;
   void RememberLocked(int idx, const std::vector<uint64_t>& hashes);
 
-  const SchedulerConfig config_;
+  const SequencePlacerConfig config_;
   std::vector<std::shared_ptr<Worker>> workers_;
   mutable std::mutex mu_;
   std::vector<Slot> slots_;

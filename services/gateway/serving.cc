@@ -24,11 +24,11 @@ HttpReply ErrorReply(const ApiError& e) {
   return r;
 }
 
-OpenAIServing::OpenAIServing(ServingConfig config, const TextCodec* codec, Scheduler* scheduler,
+OpenAIServing::OpenAIServing(ServingConfig config, const TextCodec* codec, SequencePlacer* placer,
                              AdmissionController* admission, Metrics* metrics)
     : config_(std::move(config)),
       codec_(codec),
-      scheduler_(scheduler),
+      placer_(placer),
       admission_(admission),
       metrics_(metrics),
       rng_(std::random_device{}()) {}
@@ -203,7 +203,7 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
     if (p.sampling.has_seed) p.sampling.seed += static_cast<uint64_t>(i);  // derived per choice
     p.logprobs = req.common.logprobs;
     p.stop_token_ids = stop_ids;
-    handles[i] = scheduler_->Start(std::move(p), [q, i](SeqEvent ev) { q->Push(i, std::move(ev)); });
+    handles[i] = placer_->Start(std::move(p), [q, i](SeqEvent ev) { q->Push(i, std::move(ev)); });
   }
 
   usage->prompt_tokens = static_cast<int32_t>(req.prompt.size());

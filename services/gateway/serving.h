@@ -32,7 +32,7 @@
 #include "services/gateway/admission.h"
 #include "services/gateway/metrics.h"
 #include "services/gateway/protocol.h"
-#include "services/gateway/scheduler.h"
+#include "services/gateway/sequence_placer.h"
 #include "services/gateway/text_codec.h"
 
 namespace moe::gateway {
@@ -76,7 +76,7 @@ struct PreparedRequest {
 
 class OpenAIServing {
  public:
-  OpenAIServing(ServingConfig config, const TextCodec* codec, Scheduler* scheduler, AdmissionController* admission,
+  OpenAIServing(ServingConfig config, const TextCodec* codec, SequencePlacer* placer, AdmissionController* admission,
                 Metrics* metrics);
 
   const ServingConfig& config() const { return config_; }
@@ -105,7 +105,7 @@ class OpenAIServing {
 
   const ServingConfig config_;
   const TextCodec* codec_;
-  Scheduler* scheduler_;
+  SequencePlacer* placer_;
   AdmissionController* admission_;
   Metrics* metrics_;
   std::mutex rng_mu_;

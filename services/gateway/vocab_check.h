@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "services/gateway/scheduler.h"
+#include "services/gateway/sequence_placer.h"
 
 namespace moe::gateway {
 
@@ -27,7 +27,7 @@ namespace moe::gateway {
 absl::Status CheckTokenizerFitsWorkers(const std::string& tokenizer, int64_t tokenizer_vocab,
                                        const std::vector<WorkerSnapshot>& workers);
 // The same check for one worker (vocab_size <= 0: not reported, OK); the
-// gateway installs it as the scheduler's admission for workers that come up
+// gateway installs it as the placer's admission for workers that come up
 // after start, which then stay out of rotation with this message.
 absl::Status CheckTokenizerFitsWorker(const std::string& tokenizer, int64_t tokenizer_vocab, const std::string& worker,
                                       int64_t worker_vocab);

@@ -11,7 +11,7 @@
 //    sequence within one decode step and the stream ends with kFinish
 //    (reason kCancelled) or kError(Cancelled).
 //  - kError carries a Status: Unavailable means the worker is unreachable
-//    (the scheduler takes it out of rotation and may retry elsewhere when no
+//    (the placer takes it out of rotation and may retry elsewhere when no
 //    token has been delivered yet); other codes are final.
 // Thread safety: Worker methods may be called from any thread concurrently.
 #pragma once

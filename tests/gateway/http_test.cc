@@ -26,17 +26,17 @@ struct Server {
          size_t max_body = 1 << 16)
       : admission(ac) {
     fake = std::make_shared<FakeWorker>("w0", script, step_ms);
-    scheduler = std::make_unique<Scheduler>(std::vector<std::shared_ptr<Worker>>{fake}, SchedulerConfig{});
+    placer = std::make_unique<SequencePlacer>(std::vector<std::shared_ptr<Worker>>{fake}, SequencePlacerConfig{});
     ServingConfig sc;
     sc.model_name = "m";
     sc.max_context = 1024;
-    serving = std::make_unique<OpenAIServing>(sc, &codec, scheduler.get(), &admission, &metrics);
+    serving = std::make_unique<OpenAIServing>(sc, &codec, placer.get(), &admission, &metrics);
     api_keys = *ApiKeys::Load(keys, "");
     HttpConfig hc;
     hc.listen = "127.0.0.1:0";
     hc.max_body_bytes = max_body;
     hc.threads = 16;
-    http = std::make_unique<GatewayHttpServer>(hc, serving.get(), &api_keys, &admission, scheduler.get(), &metrics);
+    http = std::make_unique<GatewayHttpServer>(hc, serving.get(), &api_keys, &admission, placer.get(), &metrics);
     auto p = http->Bind();
     EXPECT_TRUE(p.ok()) << p.status();
     port = *p;
@@ -55,7 +55,7 @@ struct Server {
   Metrics metrics;
   AdmissionController admission;
   std::shared_ptr<FakeWorker> fake;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<SequencePlacer> placer;
   std::unique_ptr<OpenAIServing> serving;
   ApiKeys api_keys;
   std::unique_ptr<GatewayHttpServer> http;

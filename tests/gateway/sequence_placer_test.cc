@@ -1,4 +1,4 @@
-#include "services/gateway/scheduler.h"
+#include "services/gateway/sequence_placer.h"
 
 #include <gtest/gtest.h>
 
@@ -45,10 +45,10 @@ std::vector<int32_t> Prompt(int len, int salt) {
   return p;
 }
 
-TEST(GatewayScheduler, LeastLoadedSpreadsSequences) {
+TEST(GatewayPlacer, LeastLoadedSpreadsSequences) {
   auto w0 = std::make_shared<FakeWorker>("w0", "abcdefgh", 20);
   auto w1 = std::make_shared<FakeWorker>("w1", "abcdefgh", 20);
-  Scheduler s({w0, w1}, {});
+  SequencePlacer s({w0, w1}, {});
   Collector c0, c1;
   auto h0 = s.Start(Params(Prompt(10, 1)), c0.Sink());
   auto h1 = s.Start(Params(Prompt(10, 2)), c1.Sink());
@@ -58,12 +58,12 @@ TEST(GatewayScheduler, LeastLoadedSpreadsSequences) {
   c1.Wait();
 }
 
-TEST(GatewayScheduler, PrefixAffinityPrefersTheWorkerThatSawThePrefix) {
+TEST(GatewayPlacer, PrefixAffinityPrefersTheWorkerThatSawThePrefix) {
   auto w0 = std::make_shared<FakeWorker>("w0", "ab", 1);
   auto w1 = std::make_shared<FakeWorker>("w1", "ab", 1);
-  SchedulerConfig cfg;
+  SequencePlacerConfig cfg;
   cfg.block_tokens = 16;
-  Scheduler s({w0, w1}, cfg);
+  SequencePlacer s({w0, w1}, cfg);
   auto shared = Prompt(64, 3);
   int first;
   {
@@ -80,17 +80,17 @@ TEST(GatewayScheduler, PrefixAffinityPrefersTheWorkerThatSawThePrefix) {
   // An unrelated prompt is not attracted.
   auto other = Prompt(64, 9);
   EXPECT_EQ(s.Pick(other), 0);  // tie on load: lowest index
-  EXPECT_EQ(Scheduler::BlockHashes(shared, 16).size(), 4u);
-  EXPECT_EQ(Scheduler::BlockHashes(longer, 16), Scheduler::BlockHashes(shared, 16));
+  EXPECT_EQ(SequencePlacer::BlockHashes(shared, 16).size(), 4u);
+  EXPECT_EQ(SequencePlacer::BlockHashes(longer, 16), SequencePlacer::BlockHashes(shared, 16));
 }
 
-TEST(GatewayScheduler, AffinityYieldsToLoad) {
+TEST(GatewayPlacer, AffinityYieldsToLoad) {
   auto w0 = std::make_shared<FakeWorker>("w0", std::string(50, 'x'), 20);
   auto w1 = std::make_shared<FakeWorker>("w1", "ab", 1);
-  SchedulerConfig cfg;
+  SequencePlacerConfig cfg;
   cfg.block_tokens = 16;
   cfg.affinity_slack = 1;
-  Scheduler s({w0, w1}, cfg);
+  SequencePlacer s({w0, w1}, cfg);
   auto shared = Prompt(32, 4);
   std::vector<std::unique_ptr<SeqHandle>> hs;
   std::vector<std::unique_ptr<Collector>> cs;
@@ -105,11 +105,11 @@ TEST(GatewayScheduler, AffinityYieldsToLoad) {
   hs.clear();
 }
 
-TEST(GatewayScheduler, DeadWorkerLeavesRotationAndRequestIsRetried) {
+TEST(GatewayPlacer, DeadWorkerLeavesRotationAndRequestIsRetried) {
   auto w0 = std::make_shared<FakeWorker>("w0", "hey", 1);
   auto w1 = std::make_shared<FakeWorker>("w1", "hey", 1);
   w0->fail_before_first_token = true;
-  Scheduler s({w0, w1}, {});
+  SequencePlacer s({w0, w1}, {});
   Collector c;
   auto h = s.Start(Params(Prompt(8, 1)), c.Sink());  // goes to w0 first (tie), fails, retried on w1
   c.Wait();
@@ -131,11 +131,11 @@ TEST(GatewayScheduler, DeadWorkerLeavesRotationAndRequestIsRetried) {
   EXPECT_EQ(s.alive_count(), 1);
 }
 
-TEST(GatewayScheduler, NoRetryAfterATokenWasStreamed) {
+TEST(GatewayPlacer, NoRetryAfterATokenWasStreamed) {
   auto w0 = std::make_shared<FakeWorker>("w0", "hello", 1);
   auto w1 = std::make_shared<FakeWorker>("w1", "hello", 1);
   w0->fail_after_first_token = true;
-  Scheduler s({w0, w1}, {});
+  SequencePlacer s({w0, w1}, {});
   Collector c;
   auto h = s.Start(Params(Prompt(8, 1)), c.Sink());
   c.Wait();
@@ -145,10 +145,10 @@ TEST(GatewayScheduler, NoRetryAfterATokenWasStreamed) {
   EXPECT_EQ(w1->started.load(), 0);
 }
 
-TEST(GatewayScheduler, AllDeadIsUnavailableAtOnce) {
+TEST(GatewayPlacer, AllDeadIsUnavailableAtOnce) {
   auto w0 = std::make_shared<FakeWorker>("w0", "x", 1);
   w0->fail_before_first_token = true;
-  Scheduler s({w0}, {});
+  SequencePlacer s({w0}, {});
   Collector c;
   auto h = s.Start(Params(Prompt(4, 1)), c.Sink());
   c.Wait();
@@ -160,9 +160,9 @@ TEST(GatewayScheduler, AllDeadIsUnavailableAtOnce) {
   EXPECT_EQ(w0->started.load(), 1);  // the dead worker was not asked again
 }
 
-TEST(GatewayScheduler, CancelReachesTheWorker) {
+TEST(GatewayPlacer, CancelReachesTheWorker) {
   auto w0 = std::make_shared<FakeWorker>("w0", std::string(1000, 'z'), 2);
-  Scheduler s({w0}, {});
+  SequencePlacer s({w0}, {});
   Collector c;
   auto h = s.Start(Params(Prompt(4, 1), 1000), c.Sink());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));

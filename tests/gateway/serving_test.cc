@@ -33,11 +33,11 @@ struct Stack {
       fakes.push_back(std::make_shared<FakeWorker>("w" + std::to_string(i), script, step_ms));
       ws.push_back(fakes.back());
     }
-    scheduler = std::make_unique<Scheduler>(ws, SchedulerConfig{});
+    placer = std::make_unique<SequencePlacer>(ws, SequencePlacerConfig{});
     ServingConfig sc;
     sc.model_name = "m";
     sc.max_context = 256;
-    serving = std::make_unique<OpenAIServing>(sc, &codec, scheduler.get(), &admission, &metrics);
+    serving = std::make_unique<OpenAIServing>(sc, &codec, placer.get(), &admission, &metrics);
   }
   HttpReply Unary(const std::string& body, bool chat = true) {
     auto p = chat ? serving->PrepareChat(body, "") : serving->PrepareCompletion(body, "");
@@ -59,7 +59,7 @@ struct Stack {
   Metrics metrics;
   AdmissionController admission;
   std::vector<std::shared_ptr<FakeWorker>> fakes;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<SequencePlacer> placer;
   std::unique_ptr<OpenAIServing> serving;
 };
 

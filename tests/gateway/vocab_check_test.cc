@@ -43,7 +43,7 @@ TEST(VocabCheck, LateWorkerWithASmallerVocabularyStaysOutOfRotation) {
   auto w1 = std::make_shared<testing::FakeWorker>("w1", "hi", 1);
   w0->vocab_size = 12288;
   w1->vocab_size = 384;
-  Scheduler s({w0, w1}, {});
+  SequencePlacer s({w0, w1}, {});
   s.SetAdmission([](const std::string& worker, const WorkerInfo& info) {
     return CheckTokenizerFitsWorker("tok", 12288, worker, info.vocab_size);
   });
