@@ -5,7 +5,7 @@
 // weights, i.e. ~75 MB at bf16 / ~19 MB at 4 bits. The set does not fit in
 // RAM on one machine, so every MoE layer asks a source for the 8 experts each
 // token routes to. A source may be an in-process LRU over a local file
-// (InProcessExpertStore, common/model/expert_store.h), or a remote expertd
+// (LocalExpertSource, common/model/local_expert_source.h), or a remote expertd
 // (RemoteExpertSource, the expertd client). This header sits below both the
 // engine and the client (it needs only the stored-matrix formats of
 // common/format/qformat.h), so neither depends on the other.

@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
     MOE_ASSIGN_OR_RETURN(e->external_, cfg.expert_source(*e->container_));
     e->source_ = e->external_.get();
   } else {
-    e->store_ = std::make_unique<InProcessExpertStore>(
+    e->local_ = std::make_unique<LocalExpertSource>(
         [load_expert, fmt = cfg.expert_format](int layer, int expert) -> absl::StatusOr<OwnedExpert> {
           MOE_ASSIGN_OR_RETURN(OwnedExpert x, load_expert(layer, expert));
           if (fmt) {
@@ -120,9 +120,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
           return x;
         },
         cfg.expert_budget_bytes);
-    e->source_ = e->store_.get();
+    e->source_ = e->local_.get();
   }
-  EngineOptions opt;
+  ModelOptions opt;
   opt.numerics = cfg.numerics.value_or(c.dtype == "float32" ? Numerics::kF32 : Numerics::kHfBf16);
   opt.attention = cfg.attention;
   opt.kernel_path = cfg.kernel_path;

@@ -1,4 +1,4 @@
-// Engine: one loaded model (HF checkpoint dir), its expert store, and the
+// Engine: one loaded model (HF checkpoint dir), its expert source, and the
 // generation / scoring loops used by `moe run`, `moe score` and tests.
 //
 // Memory plan: resident weights + expert cache budget + KV cache for the
@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
-#include "common/model/expert_store.h"
+#include "common/model/local_expert_source.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model.h"
 
@@ -36,7 +36,7 @@ struct EngineConfig {
   std::optional<QFormat> dense_format;
   // Path of the integer-format kernels (kAuto: int8-activation IDOT).
   kernels::Path kernel_path = kernels::Path::kAuto;
-  // Where routed experts come from. Unset: the in-process LRU store over the
+  // Where routed experts come from. Unset: LocalExpertSource, the LRU over the
   // model's own files (expert_budget_bytes). Set: called once with the opened
   // container (a converted model is required) and the engine fetches every
   // expert through the returned source, e.g. expertd's RemoteExpertSource
@@ -92,10 +92,11 @@ class Engine {
   const Model& model() const { return *model_; }
   Model& mutable_model() { return *model_; }
   const ModelConfig& config() const { return model_->config(); }
-  // The in-process store; only valid when EngineConfig::expert_source was unset
-  // (see has_in_process_store()). expert_source() works in both modes.
-  InProcessExpertStore& experts() { return *store_; }
-  bool has_in_process_store() const { return store_ != nullptr; }
+  // The in-process source over the model's own files; only valid when
+  // EngineConfig::expert_source was unset (see has_local_source()).
+  // expert_source() works in both modes.
+  LocalExpertSource& local_source() { return *local_; }
+  bool has_local_source() const { return local_ != nullptr; }
   ExpertSource& expert_source() { return *source_; }
   KvCache NewCache() const { return KvCache::ForModel(config(), cfg_.kv_dtype); }
 
@@ -113,9 +114,9 @@ class Engine {
   EngineConfig cfg_;
   std::unique_ptr<SafetensorsReader> ck_;
   std::unique_ptr<Container> container_;  // set when model_dir is a converted container
-  std::unique_ptr<InProcessExpertStore> store_;
+  std::unique_ptr<LocalExpertSource> local_;
   std::unique_ptr<ExpertSource> external_;  // EngineConfig::expert_source's result
-  ExpertSource* source_ = nullptr;          // store_ or external_
+  ExpertSource* source_ = nullptr;          // local_ or external_
   std::unique_ptr<Model> model_;
 };
 

@@ -1,15 +1,15 @@
-#include "common/model/expert_store.h"
+#include "common/model/local_expert_source.h"
 
 #include "common/base/status.h"
 
 namespace moe {
 
-InProcessExpertStore::InProcessExpertStore(ExpertLoader loader, int64_t budget_bytes)
+LocalExpertSource::LocalExpertSource(ExpertLoader loader, int64_t budget_bytes)
     : loader_(std::move(loader)), budget_(budget_bytes < 0 ? 0 : budget_bytes) {}
 
-InProcessExpertStore::~InProcessExpertStore() = default;
+LocalExpertSource::~LocalExpertSource() = default;
 
-absl::StatusOr<ExpertLease> InProcessExpertStore::Get(int layer, int expert) {
+absl::StatusOr<ExpertLease> LocalExpertSource::Get(int layer, int expert) {
   const uint64_t key = Key(layer, expert);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.gets;
@@ -37,7 +37,7 @@ absl::StatusOr<ExpertLease> InProcessExpertStore::Get(int layer, int expert) {
   return ExpertLease(w, [this, key] { Release(key); });
 }
 
-void InProcessExpertStore::Release(uint64_t key) {
+void LocalExpertSource::Release(uint64_t key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
@@ -45,7 +45,7 @@ void InProcessExpertStore::Release(uint64_t key) {
   TrimLocked();
 }
 
-void InProcessExpertStore::TrimLocked() {
+void LocalExpertSource::TrimLocked() {
   auto rit = lru_.end();
   while (stats_.resident_bytes > budget_ && rit != lru_.begin()) {
     --rit;
@@ -58,7 +58,7 @@ void InProcessExpertStore::TrimLocked() {
   }
 }
 
-ExpertSourceStats InProcessExpertStore::Stats() const {
+ExpertSourceStats LocalExpertSource::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }

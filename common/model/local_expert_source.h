@@ -1,5 +1,7 @@
-// InProcessExpertStore: an ExpertSource over a loader function (checkpoint or
-// container reads) with an LRU cache bounded by a byte budget.
+// LocalExpertSource: the engine's in-process ExpertSource - a loader function
+// (checkpoint or container reads of this process) behind an LRU cache bounded
+// by a byte budget. Its remote counterpart is RemoteExpertSource (expertd);
+// not to be confused with expertstore::ExpertStore, expertd's tiered cache.
 //
 // Budget semantics: after every Get/release the resident bytes of unleased
 // experts are trimmed (least recently used first) until the total is within
@@ -9,7 +11,7 @@
 // evicts every expert as soon as its lease ends (every layer reloads:
 // used by tests to prove results do not depend on caching).
 // Thread safety: all methods are safe concurrently; loads happen under the
-// store's lock (one load at a time).
+// source's lock (one load at a time).
 #pragma once
 
 #include <cstdint>
@@ -26,10 +28,10 @@ namespace moe {
 
 using ExpertLoader = std::function<absl::StatusOr<OwnedExpert>(int layer, int expert)>;
 
-class InProcessExpertStore final : public ExpertSource {
+class LocalExpertSource final : public ExpertSource {
  public:
-  InProcessExpertStore(ExpertLoader loader, int64_t budget_bytes);
-  ~InProcessExpertStore() override;
+  LocalExpertSource(ExpertLoader loader, int64_t budget_bytes);
+  ~LocalExpertSource() override;
 
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override;
   ExpertSourceStats Stats() const override;

@@ -80,7 +80,7 @@ std::string_view AttentionPathName(AttentionPath path) {
   return "auto";
 }
 
-Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, EngineOptions opt)
+Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, ModelOptions opt)
     : config_(std::move(config)), weights_(std::move(weights)), experts_(experts), opt_(opt) {
   opt_.attention = ResolveAttention(opt_.attention, *weights_);
   if (opt_.use_kernels) {

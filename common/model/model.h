@@ -50,7 +50,10 @@ enum class AttentionPath { kExplicit, kAbsorbed, kAuto };
 AttentionPath ResolveAttention(AttentionPath requested, const ModelWeights& weights);
 std::string_view AttentionPathName(AttentionPath path);
 
-struct EngineOptions {
+// How a Model computes (fixed when it is built). The Engine fills it from
+// EngineConfig (engine.h), which also says what to load and where experts
+// come from.
+struct ModelOptions {
   Numerics numerics = Numerics::kHfBf16;
   AttentionPath attention = AttentionPath::kExplicit;
   // Integer-format (quantized) matrices run on common/kernels with this
@@ -85,11 +88,11 @@ struct MtpResult {
 
 class Model {
  public:
-  Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, EngineOptions opt);
+  Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ExpertSource* experts, ModelOptions opt);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return *weights_; }
-  const EngineOptions& options() const { return opt_; }
+  const ModelOptions& options() const { return opt_; }
   bool has_mtp() const { return weights_->mtp != nullptr; }
 
   // Debug tap: called with intermediate tensors (names as the oracle's
@@ -180,7 +183,7 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<ModelWeights> weights_;
   ExpertSource* experts_;
-  EngineOptions opt_;
+  ModelOptions opt_;
   TraceFn trace_;
   RouteFn route_tap_, lookahead_tap_;
   std::unique_ptr<kernels::Kernels> kernels_;  // calls serialized by kernels_mu_

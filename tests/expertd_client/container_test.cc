@@ -171,7 +171,7 @@ TEST_F(ExpertdContainer, LogitsThroughExpertdEqualInProcessForTinyBudgetWithAndW
   auto run = [&](ExpertSource* s) -> absl::StatusOr<std::vector<float>> {
     auto w = LoadResidentWeights(**ck, cfg);
     if (!w.ok()) return w.status();
-    Model m(cfg, std::move(*w), s, EngineOptions{});
+    Model m(cfg, std::move(*w), s, ModelOptions{});
     KvCache cache = KvCache::ForModel(cfg, KvDtype::kF32);
     auto r = m.Forward(ids, cache, true);
     if (!r.ok()) return r.status();
@@ -199,7 +199,7 @@ TEST_F(ExpertdContainer, RouterLookAheadHintsTheNextMoeLayerBeforeItsGets) {
   ASSERT_TRUE(w.ok()) << w.status();
   LocalContainerSource local(container_.get());
   Recorder rec(&local);
-  Model m(*cfg, std::move(*w), &rec, EngineOptions{});
+  Model m(*cfg, std::move(*w), &rec, ModelOptions{});
   KvCache cache = KvCache::ForModel(*cfg, KvDtype::kF32);
   // Decode-sized batches (<= 8 rows) get look-ahead hints; a long prefill does not.
   const std::vector<int32_t> prompt = {5, 17, 3, 88, 42, 42, 7, 61, 9, 10};

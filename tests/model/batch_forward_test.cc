@@ -178,7 +178,7 @@ class RecordingSource : public ExpertSource {
 TEST_P(BatchForward, EachDistinctExpertFetchedOncePerLayerPerStep) {
   auto e = Engine::Open(dir_, EngineConfig{});
   ASSERT_TRUE(e.ok()) << e.status();
-  RecordingSource rec(&(*e)->experts());
+  RecordingSource rec(&(*e)->local_source());
   auto ck = OpenCheckpoint(dir_);
   ASSERT_TRUE(ck.ok()) << ck.status();
   auto w = LoadResidentWeights(**ck, (*e)->config());

@@ -31,7 +31,7 @@ const std::vector<int32_t> kIds = {5, 17, 3, 88, 42, 42, 7, 61, 19, 2, 33, 71, 9
 
 // Bytes of routed expert (layer, e) as the engine's store holds it.
 int64_t LoadExpertFromSource(Engine& e, int layer, int expert) {
-  auto lease = e.experts().Get(layer, expert);
+  auto lease = e.local_source().Get(layer, expert);
   EXPECT_TRUE(lease.ok()) << lease.status();
   return lease.ok() ? lease->weights().Bytes() : -1;
 }
@@ -83,7 +83,7 @@ TEST_P(EngineTest, CacheBudgetDoesNotChangeResults) {
     } else {
       EXPECT_EQ(toks, ref) << "budget " << budget;
     }
-    const auto st = eng->experts().Stats();
+    const auto st = eng->local_source().Stats();
     EXPECT_LE(st.resident_bytes, budget);
     if (budget == 0) {
       EXPECT_EQ(st.hits, 0);
@@ -115,13 +115,13 @@ class CountingSource : public ExpertSource {
 TEST_P(EngineTest, EachDistinctExpertFetchedOncePerLayerPerBatch) {
   auto eng = OpenOrDie(dir_);
   ASSERT_TRUE(eng);
-  CountingSource counting(&eng->experts());
+  CountingSource counting(&eng->local_source());
   auto cfg = eng->config();
   auto ck = OpenCheckpoint(dir_);
   ASSERT_TRUE(ck.ok());
   auto w = LoadResidentWeights(**ck, cfg);
   ASSERT_TRUE(w.ok());
-  Model m(cfg, std::move(*w), &counting, EngineOptions{});
+  Model m(cfg, std::move(*w), &counting, ModelOptions{});
   KvCache cache = KvCache::ForModel(cfg, KvDtype::kF32);
   ASSERT_TRUE(m.Forward(kIds, cache, false).ok());
   ASSERT_FALSE(counting.gets_.empty());
@@ -503,7 +503,7 @@ TEST(ExpertStore, LruBudgetAndLeases) {
     }
     return x;
   };
-  InProcessExpertStore store(loader, 2 * 48);  // room for two experts
+  LocalExpertSource store(loader, 2 * 48);  // room for two experts
   ASSERT_TRUE(store.Get(0, 0).ok());
   ASSERT_TRUE(store.Get(0, 1).ok());
   ASSERT_TRUE(store.Get(0, 0).ok());  // hit; 0 is now the most recent

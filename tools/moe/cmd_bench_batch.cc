@@ -48,7 +48,7 @@ absl::StatusOr<StepResult> Decode(Engine& e, const std::vector<KvCache>& start, 
   std::vector<int32_t> next = first;
   const size_t S = caches.size();
   StepResult r;
-  const int64_t g0 = e.experts().Stats().gets;
+  const int64_t g0 = e.local_source().Stats().gets;
   const auto t0 = Clock::now();
   for (int st = 0; st < steps; ++st) {
     std::vector<std::vector<int32_t>> ids(S);
@@ -69,7 +69,7 @@ absl::StatusOr<StepResult> Decode(Engine& e, const std::vector<KvCache>& start, 
     for (size_t i = 0; i < S; ++i) next[i] = Argmax(out[i].logits.data(), V);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count() / steps;
-  r.fetches = (e.experts().Stats().gets - g0) / steps;
+  r.fetches = (e.local_source().Stats().gets - g0) / steps;
   r.tokens = next;
   return r;
 }
