@@ -19,6 +19,8 @@
 // every row that routed to it, and releases the lease before the next layer.
 // Thread safety: a Model is immutable; Forward on distinct caches may run
 // concurrently if the ExpertSource allows it.
+// Files: model.cc (numerics helpers, decoder layer, Forward/ForwardBatch),
+// attention.cc, dsa_indexer.cc, moe_routing.cc, router_lookahead.cc, mtp.cc.
 #pragma once
 
 #include <cstdint>

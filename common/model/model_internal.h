@@ -1,0 +1,54 @@
+// Internals shared by the files of Model's forward pass (model.h): the batch
+// segment and DSA top-k state, and two small numeric helpers. Only those
+// files include it.
+//   model.cc            numerics helpers, dense MLP, decoder layer, Forward / ForwardBatch
+//   attention.cc        MLA attention: projections, cache append, explicit and absorbed cores
+//   dsa_indexer.cc      the DSA lightning indexer (top-k key selection)
+//   moe_routing.cc      the router (grouped top-k) and the routed-expert MoE block
+//   router_lookahead.cc the next MoE layer's predicted experts (HintAhead)
+//   mtp.cc              the MTP draft layer (MtpForward)
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "common/model/kv_cache.h"
+#include "common/model/model.h"
+
+namespace moe {
+
+// Per-query selected key sets of the nearest preceding full indexer layer
+// (empty `valid` = no indexer yet / dense causal attention).
+struct Model::TopK {
+  bool valid = false;
+  std::vector<std::vector<int32_t>> keys;  // per row: sorted ascending key positions
+};
+
+struct Model::Seg {
+  KvCache* cache = nullptr;
+  int64_t row0 = 0;  // first row in the batch
+  int64_t S = 0;     // rows
+  TopK topk;
+};
+
+namespace model_detail {
+
+inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// Indices of the k largest values (ties: lower index first), in that order.
+inline std::vector<int> TopKIdx(const float* v, int n, int k) {
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
+    if (v[a] != v[b]) return v[a] > v[b];
+    return a < b;
+  });
+  idx.resize(k);
+  return idx;
+}
+
+}  // namespace model_detail
+}  // namespace moe
