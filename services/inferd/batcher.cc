@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
-#include "services/inferd/step_planner.h"
 
 namespace moe::inferd {
 
@@ -73,8 +72,7 @@ BatcherStats Batcher::stats() const {
   return s;
 }
 
-void Batcher::EndSeq(Seq& s, EndReason why, absl::Status error,
-                     std::vector<std::pair<SeqCallback, SeqOutput>>* out) {
+void Batcher::EndSeq(Seq& s, EndReason why, absl::Status error, Deliveries* out) {
   SeqOutput o;
   o.finished = true;
   o.reason = why;
@@ -85,179 +83,212 @@ void Batcher::EndSeq(Seq& s, EndReason why, absl::Status error,
   out->emplace_back(s.cb, std::move(o));
 }
 
+// The batcher thread: every pass admits (new sequences in, cancelled ones
+// out), plans one step over the active sequences, executes it as one model
+// Forward, and feeds the sampled tokens back to their sequences; callbacks run
+// after each phase that produced them, outside the lock.
 void Batcher::Loop() {
-  const int32_t V = model_->vocab_size();
   std::vector<float> logits;
   while (true) {
-    std::vector<std::pair<SeqCallback, SeqOutput>> out;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(50),
-                   [&] { return stop_ || !incoming_.empty() || !active_.empty(); });
-      // Admit new sequences (prefix lookup happens below, outside nothing heavy).
-      while (!incoming_.empty()) {
-        active_.push_back(std::move(incoming_.front()));
-        incoming_.pop_front();
-      }
-      // Drop cancelled (and everything on shutdown) BEFORE planning.
-      for (auto& s : active_) {
-        if (s->cancel || stop_) {
-          stats_.max_steps_after_cancel = std::max(stats_.max_steps_after_cancel, s->steps_after_cancel);
-          ++stats_.cancelled;
-          EndSeq(*s, EndReason::kCancelled, absl::OkStatus(), &out);
-          live_.erase(s->req.id);
-          s.reset();
-        }
-      }
-      active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
-      if (stop_ && active_.empty()) {
-        lock.unlock();
-        for (auto& [cb, o] : out) cb(std::move(o));
-        return;
-      }
-    }
+    Deliveries out;
+    const bool running = Admit(&out);
     for (auto& [cb, o] : out) cb(std::move(o));
     out.clear();
+    if (!running) return;
     if (active_.empty()) continue;
-
-    // New sequences: KV state, from the prefix cache when it shares a prefix.
-    for (auto& s : active_) {
-      if (s->state) continue;
-      auto hit = prefix_.Lookup(s->req.prompt);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++stats_.prefix_lookups;
-      }
-      if (hit.tokens > 0) {
-        auto cloned = model_->Clone(*hit.state, hit.tokens);
-        if (cloned.ok()) {
-          s->state = std::move(*cloned);
-          s->cached = hit.tokens;
-          s->prompt_fed = hit.tokens;
-          s->fed.assign(s->req.prompt.begin(), s->req.prompt.begin() + hit.tokens);
-          std::lock_guard<std::mutex> lock(mu_);
-          stats_.prefix_hit_tokens += hit.tokens;
-        } else {
-          MOE_LOG(WARNING) << "prefix clone failed: " << cloned.status().ToString();
-        }
-      }
-      if (!s->state) s->state = model_->NewState();
-    }
-
-    // Plan and run one step over every active sequence.
-    std::vector<PlanInput> in(active_.size());
-    for (size_t i = 0; i < active_.size(); ++i) {
-      Seq& s = *active_[i];
-      in[i].prefill_remaining = static_cast<int64_t>(s.req.prompt.size()) - s.prompt_fed;
-    }
-    StepPlan plan = PlanStep(in, config_.max_step_tokens, config_.prefill_chunk);
-    std::vector<SequenceModel::Item> items(plan.entries.size());
-    std::vector<std::vector<int32_t>> step_tokens(plan.entries.size());
-    size_t sampling = 0;
-    for (const auto& e : plan.entries) sampling += e.samples ? 1 : 0;
-    logits.assign(sampling * static_cast<size_t>(V), 0.0f);
-    size_t li = 0;
-    int64_t decode_rows = 0, prefill_rows = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);  // cancel flags are read under the lock
-      for (size_t k = 0; k < plan.entries.size(); ++k) {
-        const PlanEntry& e = plan.entries[k];
-        Seq& s = *active_[e.index];
-        if (s.cancel) ++s.steps_after_cancel;  // must stay 0: cancelled ones were dropped above
-        if (in[e.index].prefill_remaining == 0) {
-          step_tokens[k] = {s.pending};
-          ++decode_rows;
-        } else {
-          step_tokens[k].assign(s.req.prompt.begin() + s.prompt_fed, s.req.prompt.begin() + s.prompt_fed + e.tokens);
-          prefill_rows += e.tokens;
-        }
-        items[k].state = s.state.get();
-        items[k].tokens = step_tokens[k];
-        items[k].logits = e.samples ? logits.data() + (li++) * V : nullptr;
-      }
-      ++stats_.steps;
-      stats_.decode_tokens += decode_rows;
-      stats_.prefill_tokens += prefill_rows;
-      stats_.max_batch_rows = std::max<int64_t>(stats_.max_batch_rows, static_cast<int64_t>(items.size()));
-    }
-    const int64_t fetches0 = model_->expert_fetches();
-    absl::Status st = model_->Forward(items);
-    if (fetches0 >= 0) {
-      const int64_t d = model_->expert_fetches() - fetches0;
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.expert_fetches += d;
-      stats_.last_step_expert_fetches = d;
-    }
-    if (!st.ok()) {
-      MOE_LOG(ERROR) << "step failed: " << st.ToString();
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& e : plan.entries) {
-        Seq& s = *active_[e.index];
-        EndSeq(s, EndReason::kError, st, &out);
-        live_.erase(s.req.id);
-        active_[e.index].reset();
-      }
-    } else {
-      li = 0;
-      int64_t produced = 0;
-      for (size_t k = 0; k < plan.entries.size(); ++k) {
-        const PlanEntry& e = plan.entries[k];
-        Seq& s = *active_[e.index];
-        s.fed.insert(s.fed.end(), step_tokens[k].begin(), step_tokens[k].end());
-        if (in[e.index].prefill_remaining > 0) s.prompt_fed += e.tokens;
-        if (!e.samples) continue;
-        SampleResult r = Sample(std::span<const float>(logits.data() + (li++) * V, V), s.req.sampling, s.counts,
-                                s.req.logprobs, s.rng);
-        s.generated.push_back(r.token);
-        ++s.counts[r.token];
-        s.pending = r.token;
-        ++produced;
-        SeqOutput o;
-        o.tokens.push_back(std::move(r));
-        const bool stop_tok =
-            std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), s.pending) != s.req.stop_token_ids.end();
-        const bool length = static_cast<int32_t>(s.generated.size()) >= s.req.max_tokens ||
-                            s.state->length() + 1 >= model_->max_context();
-        bool cancelled;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          cancelled = s.cancel;  // came during the step: its token is not delivered
-        }
-        if (cancelled) continue;  // dropped (and reported) at the top of the next loop
-        if (stop_tok || length) {
-          o.finished = true;
-          o.reason = stop_tok ? EndReason::kStop : EndReason::kLength;
-          o.prompt_tokens = static_cast<int32_t>(s.req.prompt.size());
-          o.completion_tokens = static_cast<int32_t>(s.generated.size());
-          o.cached_prompt_tokens = static_cast<int32_t>(s.cached);
-          out.emplace_back(s.cb, std::move(o));
-          // Keep its KV for prefix reuse (fed tokens only; the last sampled is not in the KV).
-          std::shared_ptr<const SeqState> state(std::move(s.state));
-          prefix_.Insert(s.fed, state);
-          std::lock_guard<std::mutex> lock(mu_);
-          live_.erase(s.req.id);
-          active_[e.index].reset();
-        } else {
-          out.emplace_back(s.cb, std::move(o));
-        }
-      }
-      auto now = std::chrono::steady_clock::now();
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.generated += produced;
-      rate_window_.emplace_back(now, stats_.generated);
-      while (rate_window_.size() > 2 && now - rate_window_.front().first > std::chrono::seconds(5)) {
-        rate_window_.pop_front();
-      }
-      double dt = std::chrono::duration<double>(now - rate_window_.front().first).count();
-      stats_.tokens_per_second = dt > 0 ? (stats_.generated - rate_window_.front().second) / dt : 0;
-      int waiting = 0;
-      for (auto& s : active_) {
-        if (s && s->prompt_fed < static_cast<int64_t>(s->req.prompt.size())) ++waiting;
-      }
-      stats_.waiting = waiting;
-    }
+    StartNewSequences();
+    Step step = PlanOneStep(&logits);
+    const absl::Status st = Execute(step);
+    FeedBack(step, st, logits, &out);
     active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
     for (auto& [cb, o] : out) cb(std::move(o));
+  }
+}
+
+// Admit: waits for work, takes the incoming sequences and drops the cancelled
+// ones (every one on shutdown) BEFORE anything is planned. false: shut down,
+// nothing left to run.
+bool Batcher::Admit(Deliveries* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(50),
+               [&] { return stop_ || !incoming_.empty() || !active_.empty(); });
+  // Admit new sequences (their prefix lookup is StartNewSequences', outside the lock).
+  while (!incoming_.empty()) {
+    active_.push_back(std::move(incoming_.front()));
+    incoming_.pop_front();
+  }
+  // Drop cancelled (and everything on shutdown) BEFORE planning.
+  for (auto& s : active_) {
+    if (s->cancel || stop_) {
+      stats_.max_steps_after_cancel = std::max(stats_.max_steps_after_cancel, s->steps_after_cancel);
+      ++stats_.cancelled;
+      EndSeq(*s, EndReason::kCancelled, absl::OkStatus(), out);
+      live_.erase(s->req.id);
+      s.reset();
+    }
+  }
+  active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
+  return !(stop_ && active_.empty());
+}
+
+// New sequences get their KV state, from the prefix cache when it shares a prefix.
+void Batcher::StartNewSequences() {
+  for (auto& s : active_) {
+    if (s->state) continue;
+    auto hit = prefix_.Lookup(s->req.prompt);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.prefix_lookups;
+    }
+    if (hit.tokens > 0) {
+      auto cloned = model_->Clone(*hit.state, hit.tokens);
+      if (cloned.ok()) {
+        s->state = std::move(*cloned);
+        s->cached = hit.tokens;
+        s->prompt_fed = hit.tokens;
+        s->fed.assign(s->req.prompt.begin(), s->req.prompt.begin() + hit.tokens);
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.prefix_hit_tokens += hit.tokens;
+      } else {
+        MOE_LOG(WARNING) << "prefix clone failed: " << cloned.status().ToString();
+      }
+    }
+    if (!s->state) s->state = model_->NewState();
+  }
+}
+
+// Plan: which tokens each active sequence feeds this step (decode: its pending
+// token; prefill: the next chunk) and which rows get logits.
+Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
+  const int32_t V = model_->vocab_size();
+  Step step;
+  std::vector<PlanInput>& in = step.in;
+  in.resize(active_.size());
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Seq& s = *active_[i];
+    in[i].prefill_remaining = static_cast<int64_t>(s.req.prompt.size()) - s.prompt_fed;
+  }
+  step.plan = PlanStep(in, config_.max_step_tokens, config_.prefill_chunk);
+  const StepPlan& plan = step.plan;
+  std::vector<SequenceModel::Item>& items = step.items;
+  items.resize(plan.entries.size());
+  std::vector<std::vector<int32_t>>& step_tokens = step.tokens;
+  step_tokens.resize(plan.entries.size());
+  size_t sampling = 0;
+  for (const auto& e : plan.entries) sampling += e.samples ? 1 : 0;
+  logits->assign(sampling * static_cast<size_t>(V), 0.0f);
+  size_t li = 0;
+  int64_t decode_rows = 0, prefill_rows = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // cancel flags are read under the lock
+    for (size_t k = 0; k < plan.entries.size(); ++k) {
+      const PlanEntry& e = plan.entries[k];
+      Seq& s = *active_[e.index];
+      if (s.cancel) ++s.steps_after_cancel;  // must stay 0: cancelled ones were dropped above
+      if (in[e.index].prefill_remaining == 0) {
+        step_tokens[k] = {s.pending};
+        ++decode_rows;
+      } else {
+        step_tokens[k].assign(s.req.prompt.begin() + s.prompt_fed, s.req.prompt.begin() + s.prompt_fed + e.tokens);
+        prefill_rows += e.tokens;
+      }
+      items[k].state = s.state.get();
+      items[k].tokens = step_tokens[k];
+      items[k].logits = e.samples ? logits->data() + (li++) * V : nullptr;
+    }
+    ++stats_.steps;
+    stats_.decode_tokens += decode_rows;
+    stats_.prefill_tokens += prefill_rows;
+    stats_.max_batch_rows = std::max<int64_t>(stats_.max_batch_rows, static_cast<int64_t>(items.size()));
+  }
+  return step;
+}
+
+// Execute: one Forward over every planned row.
+absl::Status Batcher::Execute(Step& step) {
+  const int64_t fetches0 = model_->expert_fetches();
+  const absl::Status st = model_->Forward(step.items);
+  if (fetches0 >= 0) {
+    const int64_t d = model_->expert_fetches() - fetches0;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.expert_fetches += d;
+    stats_.last_step_expert_fetches = d;
+  }
+  return st;
+}
+
+// Feed back: sample each sampling row, stream its token, finish sequences at a
+// stop token or their length (their KV goes to the prefix cache); a failed
+// step ends every sequence in it with the error.
+void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out) {
+  const int32_t V = model_->vocab_size();
+  if (!st.ok()) {
+    MOE_LOG(ERROR) << "step failed: " << st.ToString();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : step.plan.entries) {
+      Seq& s = *active_[e.index];
+      EndSeq(s, EndReason::kError, st, out);
+      live_.erase(s.req.id);
+      active_[e.index].reset();
+    }
+  } else {
+    size_t li = 0;
+    int64_t produced = 0;
+    for (size_t k = 0; k < step.plan.entries.size(); ++k) {
+      const PlanEntry& e = step.plan.entries[k];
+      Seq& s = *active_[e.index];
+      s.fed.insert(s.fed.end(), step.tokens[k].begin(), step.tokens[k].end());
+      if (step.in[e.index].prefill_remaining > 0) s.prompt_fed += e.tokens;
+      if (!e.samples) continue;
+      SampleResult r = Sample(std::span<const float>(logits.data() + (li++) * V, V), s.req.sampling, s.counts,
+                              s.req.logprobs, s.rng);
+      s.generated.push_back(r.token);
+      ++s.counts[r.token];
+      s.pending = r.token;
+      ++produced;
+      SeqOutput o;
+      o.tokens.push_back(std::move(r));
+      const bool stop_tok =
+          std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), s.pending) != s.req.stop_token_ids.end();
+      const bool length = static_cast<int32_t>(s.generated.size()) >= s.req.max_tokens ||
+                          s.state->length() + 1 >= model_->max_context();
+      bool cancelled;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        cancelled = s.cancel;  // came during the step: its token is not delivered
+      }
+      if (cancelled) continue;  // dropped (and reported) at the top of the next loop
+      if (stop_tok || length) {
+        o.finished = true;
+        o.reason = stop_tok ? EndReason::kStop : EndReason::kLength;
+        o.prompt_tokens = static_cast<int32_t>(s.req.prompt.size());
+        o.completion_tokens = static_cast<int32_t>(s.generated.size());
+        o.cached_prompt_tokens = static_cast<int32_t>(s.cached);
+        out->emplace_back(s.cb, std::move(o));
+        // Keep its KV for prefix reuse (fed tokens only; the last sampled is not in the KV).
+        std::shared_ptr<const SeqState> state(std::move(s.state));
+        prefix_.Insert(s.fed, state);
+        std::lock_guard<std::mutex> lock(mu_);
+        live_.erase(s.req.id);
+        active_[e.index].reset();
+      } else {
+        out->emplace_back(s.cb, std::move(o));
+      }
+    }
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.generated += produced;
+    rate_window_.emplace_back(now, stats_.generated);
+    while (rate_window_.size() > 2 && now - rate_window_.front().first > std::chrono::seconds(5)) {
+      rate_window_.pop_front();
+    }
+    double dt = std::chrono::duration<double>(now - rate_window_.front().first).count();
+    stats_.tokens_per_second = dt > 0 ? (stats_.generated - rate_window_.front().second) / dt : 0;
+    int waiting = 0;
+    for (auto& s : active_) {
+      if (s && s->prompt_fed < static_cast<int64_t>(s->req.prompt.size())) ++waiting;
+    }
+    stats_.waiting = waiting;
   }
 }
 

@@ -36,6 +36,7 @@
 #include "services/inferd/prefix_cache.h"
 #include "services/inferd/sampler.h"
 #include "services/inferd/sequence_model.h"
+#include "services/inferd/step_planner.h"
 
 namespace moe::inferd {
 
@@ -120,8 +121,25 @@ class Batcher {
     bool cancel = false;
     int64_t steps_after_cancel = 0;
   };
+  // One step as planned: per active sequence its PlanInput, the plan, and per
+  // plan entry the model item and the tokens it feeds (the items' spans).
+  struct Step {
+    std::vector<PlanInput> in;
+    StepPlan plan;
+    std::vector<SequenceModel::Item> items;
+    std::vector<std::vector<int32_t>> tokens;
+  };
+  using Deliveries = std::vector<std::pair<SeqCallback, SeqOutput>>;
+
+  // The loop thread: Admit -> StartNewSequences -> PlanOneStep -> Execute ->
+  // FeedBack, then the callbacks (outside the lock).
   void Loop();
-  void EndSeq(Seq& s, EndReason why, absl::Status error, std::vector<std::pair<SeqCallback, SeqOutput>>* out);
+  bool Admit(Deliveries* out);
+  void StartNewSequences();
+  Step PlanOneStep(std::vector<float>* logits);
+  absl::Status Execute(Step& step);
+  void FeedBack(const Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out);
+  void EndSeq(Seq& s, EndReason why, absl::Status error, Deliveries* out);
 
   SequenceModel* model_;
   const BatcherConfig config_;
