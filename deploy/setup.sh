@@ -13,7 +13,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev prometheus-cpp-dev libcpp-httplib-dev curl
+  nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev prometheus-cpp-dev libboost1.74-dev curl
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,19 +1,13 @@
-// HTTP routes of the gateway on cpp-httplib (Debian libcpp-httplib 0.11.4):
+// HTTP routes of the gateway over HttpTransport (http_transport.h: framing, limits,
+// deadlines, connection caps):
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
-//   GET /health, GET /metrics.
-// Routes only: authenticate, size-check, hand the body to OpenAIServing,
-// write its reply or its SSE stream.
-//
-// Client-gone detection: httplib 0.11 does not tell a handler that its
-// client left, so this server keeps the connection's socket for the handler
-// thread (it runs httplib's request processing over its own socket stream)
-// and polls it (POLLRDHUP) while tokens are awaited — a disconnect is seen
-// within `ServingConfig::poll` (10 ms), not at the next failed write.
-//
-// Binding: "HOST:PORT" (TCP; 127.0.0.1 unless asked otherwise) or
-// "unix:/path" (a unix socket). Stop() ends Listen() after in-flight
-// requests are cancelled.
-// Thread safety: one instance; Listen() on one thread, Stop() from any.
+//   GET /health, GET /metrics   (GET routes also answer HEAD).
+// Routes only: authenticate, hand the body to OpenAIServing, write its reply or its SSE
+// stream. An unknown path is 404 unknown_url; a known path with another method is 405 with
+// Allow. Every reply, the transport's own included, is the API's JSON error shape.
+// Client-gone detection: the handler polls its socket (POLLRDHUP) while tokens are awaited
+// (ServingConfig::poll), so a disconnect cancels the sequences within a step.
+// Thread safety: one instance; Serve() on one thread, Stop() from any.
 #pragma once
 
 #include <atomic>
@@ -22,18 +16,14 @@
 
 #include "absl/status/status.h"
 #include "services/gateway/admission.h"
+#include "services/gateway/http_transport.h"
 #include "services/gateway/metrics.h"
 #include "services/gateway/serving.h"
 
 namespace moe::gateway {
 
 struct HttpConfig {
-  std::string listen = "127.0.0.1:8000";
-  size_t max_body_bytes = 8 << 20;
-  int threads = 128;  // connections served at once (streams hold one each)
-  int read_timeout_s = 30;
-  int write_timeout_s = 30;
-  int keep_alive_s = 5;
+  HttpTransportConfig transport;
 };
 
 class GatewayHttpServer {
@@ -47,11 +37,14 @@ class GatewayHttpServer {
   // Serves until Stop(). Bind() first.
   absl::Status Serve();
   void Stop();
-  bool stopping() const { return stopping_.load(); }
+  bool stopping() const { return transport_->stopping(); }
+  const HttpTransport& transport() const { return *transport_; }
 
  private:
-  class Server;
-  void Routes();
+  void Handle(HttpExchange& x);
+  void Generate(HttpExchange& x, bool chat);
+  void ReplyError(HttpExchange& x, const ApiError& e);
+  bool Authenticate(HttpExchange& x, std::string* key);
 
   const HttpConfig config_;
   OpenAIServing* serving_;
@@ -59,11 +52,10 @@ class GatewayHttpServer {
   AdmissionController* admission_;
   SequencePlacer* placer_;
   Metrics* metrics_;
-  std::unique_ptr<Server> server_;
-  std::atomic<bool> stopping_{false};
+  std::unique_ptr<HttpTransport> transport_;
 };
 
-// Splits "host:port" / "unix:/path" (exposed for tests and the flags check).
-absl::Status ParseListenAddress(const std::string& spec, std::string* host, int* port, bool* unix_socket);
+// The API error body for a status the transport answers itself.
+std::string TransportErrorBody(int status, std::string_view code, std::string_view message);
 
 }  // namespace moe::gateway

@@ -6,6 +6,7 @@
 // Binds 127.0.0.1 by default (never all interfaces unless --listen says so).
 // SIGTERM/SIGINT: stop accepting, cancel in-flight sequences, exit 0.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <condition_variable>
 #include <iostream>
@@ -27,6 +28,25 @@ namespace {
 using namespace moe;
 using namespace moe::gateway;
 
+// Raises the soft RLIMIT_NOFILE to `needed` when the hard limit allows; an error naming both
+// numbers when it does not (accept() would start failing under load instead).
+absl::Status EnsureFileDescriptors(int64_t needed) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return absl::OkStatus();
+  if (rl.rlim_cur != RLIM_INFINITY && static_cast<int64_t>(rl.rlim_cur) < needed) {
+    rlim_t want = static_cast<rlim_t>(needed);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
+      return absl::ResourceExhaustedError(absl::StrCat("needs ", needed, " file descriptors; RLIMIT_NOFILE allows ",
+                                                       rl.rlim_max, " (raise it, e.g. LimitNOFILE=, or lower the flag)"));
+    }
+    rl.rlim_cur = want;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot raise RLIMIT_NOFILE to ", needed));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   // Signals are taken by one thread (sigwait); block them everywhere first.
   sigset_t sigs = BlockStopSignals();
@@ -41,6 +61,9 @@ int Main(int argc, char** argv) {
   int64_t max_running = 64, max_queued = 64, per_key_limit = 0, retry_after = 1;
   uint64_t max_body = 8 << 20;
   int64_t http_threads = 0;
+  uint64_t max_header_bytes = 32 << 10;
+  int64_t max_headers = 100, header_timeout_s = 10, read_timeout_s = 30, write_timeout_s = 30, idle_timeout_s = 5;
+  int64_t max_connections = 512, max_conn_per_client = 64;
   int64_t probe_ms = 1000;
   int64_t startup_wait_s = 60;
   int64_t max_n = 16;
@@ -60,8 +83,17 @@ int Main(int argc, char** argv) {
   flags.AddInt("max-queued", &max_queued, "requests waiting beyond that (then 503)");
   flags.AddInt("per-key-limit", &per_key_limit, "concurrent requests per API key (0: no limit; then 429)");
   flags.AddInt("retry-after", &retry_after, "Retry-After seconds on 503/429");
-  flags.AddBytes("max-body", &max_body, "largest request body (larger: 400)");
-  flags.AddInt("http-threads", &http_threads, "HTTP connection threads (0: max-running + max-queued + 16)");
+  flags.AddBytes("max-body", &max_body, "largest request body, after Content-Encoding decoding (larger: 413)");
+  flags.AddInt("http-threads", &http_threads, "request handler threads (0: max-running + max-queued + 16)");
+  flags.AddBytes("max-header-bytes", &max_header_bytes, "largest request head: request line + header fields (431)");
+  flags.AddInt("max-headers", &max_headers, "most header fields in a request (431)");
+  flags.AddInt("header-timeout-s", &header_timeout_s, "a request's head must arrive within this (408, then close)");
+  flags.AddInt("read-timeout-s", &read_timeout_s, "a whole request must arrive within this (408, then close)");
+  flags.AddInt("write-timeout-s", &write_timeout_s, "a write blocked this long drops the client");
+  flags.AddInt("idle-timeout-s", &idle_timeout_s, "keep-alive connections idle this long are closed");
+  flags.AddInt("max-connections", &max_connections, "open client connections in all (more: 503 and close)");
+  flags.AddInt("max-connections-per-client", &max_conn_per_client,
+               "open connections per client address (more: 429 and close; 0: no cap; not on unix sockets)");
   flags.AddInt("probe-ms", &probe_ms, "worker health probe period");
   flags.AddInt("startup-wait-s", &startup_wait_s, "wait this long for a first live worker");
   flags.AddInt("max-n", &max_n, "largest 'n' accepted");
@@ -74,6 +106,12 @@ int Main(int argc, char** argv) {
     return 1;
   };
   if (workers.empty()) return fail(absl::InvalidArgumentError("no --worker given"));
+  if (max_body < 1 || max_header_bytes < 256 || max_headers < 1 || header_timeout_s < 1 || read_timeout_s < 1 ||
+      write_timeout_s < 1 || idle_timeout_s < 1 || max_connections < 1 || max_conn_per_client < 0) {
+    return fail(absl::InvalidArgumentError(
+        "--max-body >= 1, --max-header-bytes >= 256, --max-headers >= 1, every --*-timeout-s >= 1, "
+        "--max-connections >= 1, --max-connections-per-client >= 0"));
+  }
   if (max_running < 1 || max_queued < 0 || per_key_limit < 0 || max_n < 1 || probe_ms < 10 || max_json_depth < 2 ||
       max_json_depth > 1000) {
     return fail(absl::InvalidArgumentError("--max-running >= 1, --max-queued >= 0, --per-key-limit >= 0, --max-n >= 1, "
@@ -135,9 +173,21 @@ int Main(int argc, char** argv) {
   sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
   OpenAIServing serving(sc, codec.get(), &placer, &admission, &metrics);
   HttpConfig hc;
-  hc.listen = listen;
-  hc.max_body_bytes = max_body;
-  hc.threads = static_cast<int>(http_threads > 0 ? http_threads : max_running + max_queued + 16);
+  HttpTransportConfig& tc = hc.transport;
+  tc.listen = listen;
+  tc.limits.max_body_bytes = max_body;
+  tc.limits.max_header_bytes = max_header_bytes;
+  tc.limits.max_headers = static_cast<int>(max_headers);
+  tc.handler_threads = static_cast<int>(http_threads > 0 ? http_threads : max_running + max_queued + 16);
+  tc.header_timeout_s = static_cast<int>(header_timeout_s);
+  tc.read_timeout_s = static_cast<int>(read_timeout_s);
+  tc.write_timeout_s = static_cast<int>(write_timeout_s);
+  tc.idle_timeout_s = static_cast<int>(idle_timeout_s);
+  tc.max_connections = static_cast<int>(max_connections);
+  tc.max_connections_per_client = static_cast<int>(max_conn_per_client);
+  if (absl::Status fds = EnsureFileDescriptors(max_connections + tc.handler_threads + 256); !fds.ok()) {
+    return fail(Annotate(fds, "--max-connections"));
+  }
   GatewayHttpServer server(hc, &serving, &*keys, &admission, &placer, &metrics);
   auto port = server.Bind();
   if (!port.ok()) return fail(port.status());

@@ -11,19 +11,20 @@
 
 #include <thread>
 
-#include "httplib.h"
 #include "services/gateway/byte_codec.h"
 #include "tests/gateway/fake_worker.h"
+#include "tests/gateway/http_client.h"
 
 namespace moe::gateway {
 namespace {
 
 using json = nlohmann::json;
 using testing::FakeWorker;
+using testing::HttpResult;
 
 struct Server {
   Server(std::string script, int step_ms, AdmissionConfig ac, std::vector<std::string> keys = {},
-         size_t max_body = 1 << 16)
+         size_t max_body = 1 << 16, std::function<void(HttpTransportConfig*)> tune = nullptr)
       : admission(ac) {
     fake = std::make_shared<FakeWorker>("w0", script, step_ms);
     placer = std::make_unique<SequencePlacer>(std::vector<std::shared_ptr<Worker>>{fake}, SequencePlacerConfig{});
@@ -33,9 +34,10 @@ struct Server {
     serving = std::make_unique<OpenAIServing>(sc, &codec, placer.get(), &admission, &metrics);
     api_keys = *ApiKeys::Load(keys, "");
     HttpConfig hc;
-    hc.listen = "127.0.0.1:0";
-    hc.max_body_bytes = max_body;
-    hc.threads = 16;
+    hc.transport.listen = "127.0.0.1:0";
+    hc.transport.limits.max_body_bytes = max_body;
+    hc.transport.handler_threads = 16;
+    if (tune) tune(&hc.transport);
     http = std::make_unique<GatewayHttpServer>(hc, serving.get(), &api_keys, &admission, placer.get(), &metrics);
     auto p = http->Bind();
     EXPECT_TRUE(p.ok()) << p.status();
@@ -46,11 +48,10 @@ struct Server {
     http->Stop();
     th.join();
   }
-  httplib::Client Client() {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(10);
-    return c;
+  HttpResult Post(const std::string& path, const std::string& body, testing::Headers h = {}) {
+    return testing::Request(port, "POST", path, body, h);
   }
+  HttpResult Get(const std::string& path, testing::Headers h = {}) { return testing::Request(port, "GET", path, "", h); }
   ByteCodec codec;
   Metrics metrics;
   AdmissionController admission;
@@ -65,89 +66,73 @@ struct Server {
 
 const std::string kChat = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0)";
 
-void ExpectError(const httplib::Result& r, int status, const std::string& code) {
-  ASSERT_TRUE(r) << "no response";
-  EXPECT_EQ(r->status, status) << r->body;
-  json j = json::parse(r->body, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r->body;
-  ASSERT_TRUE(j.contains("error")) << r->body;
+void ExpectError(const HttpResult& r, int status, const std::string& code) {
+  ASSERT_NE(r.status, 0) << "no response";
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.body;
+  ASSERT_TRUE(j.contains("error")) << r.body;
   for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(k)) << k;
   if (!code.empty()) {
-    EXPECT_EQ(j["error"]["code"], code) << r->body;
+    EXPECT_EQ(j["error"]["code"], code) << r.body;
   }
 }
 
 TEST(GatewayHttp, ChatRoundTripModelsHealthMetrics) {
   Server s("hello", 1, {});
-  auto c = s.Client();
-  auto r = c.Post("/v1/chat/completions", kChat + "}", "application/json");
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], "hello");
-  auto m = c.Get("/v1/models");
-  ASSERT_TRUE(m);
-  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "m");
-  auto h = c.Get("/health");
-  ASSERT_TRUE(h);
-  EXPECT_EQ(h->status, 200);
-  auto met = c.Get("/metrics");
-  ASSERT_TRUE(met);
+  auto r = s.Post("/v1/chat/completions", kChat + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["message"]["content"], "hello");
+  auto m = s.Get("/v1/models");
+  EXPECT_EQ(json::parse(m.body)["data"][0]["id"], "m");
+  auto h = s.Get("/health");
+  EXPECT_EQ(h.status, 200);
+  auto met = s.Get("/metrics");
   for (const char* name : {"moe_time_to_first_token_seconds_bucket", "moe_inter_token_latency_seconds_bucket",
                            "moe_queue_depth", "moe_worker_active_sequences", "moe_worker_tokens_per_second",
                            "moe_requests_total"}) {
-    EXPECT_NE(met->body.find(name), std::string::npos) << name;
+    EXPECT_NE(met.body.find(name), std::string::npos) << name;
   }
 }
 
 TEST(GatewayHttp, MalformedInputGetsShapedErrors) {
   Server s("x", 1, {}, {}, /*max_body=*/4096);
-  auto c = s.Client();
-  ExpectError(c.Post("/v1/chat/completions", "{\"model\": ", "application/json"), 400, "invalid_json");
-  ExpectError(c.Post("/v1/chat/completions", "", "application/json"), 400, "invalid_json");
-  ExpectError(c.Post("/v1/chat/completions", "\xff\xfe", "application/json"), 400, "invalid_json");
-  ExpectError(c.Post("/v1/completions", R"({"model":"m","prompt":"a","n":0})", "application/json"), 400,
-              "invalid_value");
-  ExpectError(c.Post("/v1/completions", R"({"model":"zz","prompt":"a"})", "application/json"), 400,
-              "model_not_found");
-  ExpectError(c.Post("/v1/chat/completions", std::string(8000, ' '), "application/json"), 400, "body_too_large");
-  ExpectError(c.Get("/v2/nothing"), 404, "unknown_url");
-  ExpectError(c.Post("/v1/chat/completions", kChat + R"(,"response_format":{"type":"json_object"}})", "application/json"),
-              400, "unsupported_value");
+  ExpectError(s.Post("/v1/chat/completions", "{\"model\": "), 400, "invalid_json");
+  ExpectError(s.Post("/v1/chat/completions", ""), 400, "invalid_json");
+  ExpectError(s.Post("/v1/chat/completions", "\xff\xfe"), 400, "invalid_json");
+  ExpectError(s.Post("/v1/completions", R"({"model":"m","prompt":"a","n":0})"), 400, "invalid_value");
+  ExpectError(s.Post("/v1/completions", R"({"model":"zz","prompt":"a"})"), 400, "model_not_found");
+  ExpectError(s.Post("/v1/chat/completions", std::string(8000, ' ')), 413, "body_too_large");
+  ExpectError(s.Get("/v2/nothing"), 404, "unknown_url");
+  ExpectError(s.Get("/v1/chat/completions"), 405, "method_not_allowed");
+  ExpectError(s.Post("/v1/chat/completions", kChat + R"(,"response_format":{"type":"json_object"}})"), 400,
+              "unsupported_value");
   // The server is still healthy afterwards.
-  auto r = c.Post("/v1/chat/completions", kChat + "}", "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
+  auto r = s.Post("/v1/chat/completions", kChat + "}");
+  EXPECT_EQ(r.status, 200);
 }
 
 TEST(GatewayHttp, ApiKeysGive401) {
   Server s("x", 1, {}, {"sk-1"});
-  auto c = s.Client();
-  ExpectError(c.Post("/v1/chat/completions", kChat + "}", "application/json"), 401, "invalid_api_key");
-  ExpectError(c.Get("/v1/models"), 401, "invalid_api_key");
-  httplib::Headers bad{{"Authorization", "Bearer sk-2"}};
-  ExpectError(c.Post("/v1/chat/completions", bad, kChat + "}", "application/json"), 401, "invalid_api_key");
-  httplib::Headers good{{"Authorization", "Bearer sk-1"}};
-  auto r = c.Post("/v1/chat/completions", good, kChat + "}", "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(c.Get("/health")->status, 200);  // health stays open
+  ExpectError(s.Post("/v1/chat/completions", kChat + "}"), 401, "invalid_api_key");
+  ExpectError(s.Get("/v1/models"), 401, "invalid_api_key");
+  ExpectError(s.Post("/v1/chat/completions", kChat + "}", {{"Authorization", "Bearer sk-2"}}), 401, "invalid_api_key");
+  auto r = s.Post("/v1/chat/completions", kChat + "}", {{"Authorization", "Bearer sk-1"}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(s.Get("/health").status, 200);  // health stays open
 }
 
 TEST(GatewayHttp, FullQueueIs503WithRetryAfterAndKeyLimitIs429) {
   Server s(std::string(400, 'z'), 5, {/*max_running=*/1, /*max_queued=*/0, /*per_key_limit=*/1, 2}, {"k1", "k2"});
-  httplib::Headers k1{{"Authorization", "Bearer k1"}}, k2{{"Authorization", "Bearer k2"}};
-  std::thread slow([&] {
-    auto c = s.Client();
-    c.Post("/v1/chat/completions", k1, kChat + R"(,"max_tokens":100})", "application/json");
-  });
+  testing::Headers k1{{"Authorization", "Bearer k1"}}, k2{{"Authorization", "Bearer k2"}};
+  std::thread slow([&] { s.Post("/v1/chat/completions", kChat + R"(,"max_tokens":100})", k1); });
   for (int i = 0; i < 200 && s.admission.running() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_EQ(s.admission.running(), 1);
-  auto c = s.Client();
-  auto r429 = c.Post("/v1/chat/completions", k1, kChat + "}", "application/json");
+  auto r429 = s.Post("/v1/chat/completions", kChat + "}", k1);
   ExpectError(r429, 429, "concurrency_limit_exceeded");
-  auto r503 = c.Post("/v1/chat/completions", k2, kChat + "}", "application/json");
+  auto r503 = s.Post("/v1/chat/completions", kChat + "}", k2);
   ExpectError(r503, 503, "server_overloaded");
-  EXPECT_EQ(r503->get_header_value("Retry-After"), "2");
+  EXPECT_EQ(r503.Header("retry-after"), "2");
   slow.join();
 }
 
@@ -178,53 +163,19 @@ int OpenStream(int port, const std::string& body, int events, std::string* got) 
   return fd;
 }
 
-// Sends `request` on a fresh connection and reads until the server closes it or the first
-// response's headers and Content-Length body are complete.
-std::string RawExchange(int port, const std::string& request) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return "";
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string got;
-  char buf[4096];
-  while (true) {
-    size_t head = got.find("\r\n\r\n");
-    if (head != std::string::npos) {
-      size_t cl = got.find("Content-Length: ");
-      if (cl != std::string::npos && cl < head && got.size() >= head + 4 + std::stoul(got.substr(cl + 16))) break;
-    }
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    got.append(buf, n);
-  }
-  ::close(fd);
-  return got;
-}
-
 // Invalid UTF-8 in the method or path reached the error handler's strict JSON dump, which
 // threw outside httplib's try: std::terminate, the whole gateway gone.
 TEST(GatewayHttp, InvalidUtf8InTheRequestLineGetsAJsonError) {
   Server s("x", 1, {});
   for (const std::string line : {"GET /%FF HTTP/1.1", "GET /%C0%AF HTTP/1.1", "GET /\xff\xfe HTTP/1.1",
                                  "\xff\xfe / HTTP/1.1", "POST /v1/chat/completions%FF HTTP/1.1"}) {
-    std::string got = RawExchange(s.port, line + "\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    ASSERT_FALSE(got.empty()) << line;
-    size_t body = got.find("\r\n\r\n");
-    ASSERT_NE(body, std::string::npos) << got;
-    EXPECT_EQ(got.substr(0, 9), "HTTP/1.1 ") << got;
-    auto j = json::parse(got.substr(body + 4), nullptr, false);
-    ASSERT_FALSE(j.is_discarded()) << got;
-    EXPECT_TRUE(j.contains("error")) << got;
+    auto ex = testing::RawExchange(s.port, line + "\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    ASSERT_EQ(ex.responses.size(), 1u) << line;
+    auto j = json::parse(ex.responses[0].body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << ex.responses[0].body;
+    EXPECT_TRUE(j.contains("error")) << ex.responses[0].body;
   }
-  auto c = s.Client();
-  auto r = c.Get("/health");  // still serving
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(s.Get("/health").status, 200);  // still serving
 }
 
 TEST(GatewayHttp, StreamingOverTheWireEndsWithDone) {

@@ -74,7 +74,7 @@ TEST(GatewayServing, ChatUnaryReturnsTheTextAndUsage) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   std::string prompt = ByteCodec::RenderChat([] {
     ChatRequest c;
-    c.messages.push_back({"user", "hi", "", "", nullptr, ""});
+    c.messages.push_back({"user", "hi", "", "", nullptr, "", {}});
     return c;
   }());
   EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(prompt.size()));

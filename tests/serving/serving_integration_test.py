@@ -200,7 +200,7 @@ class ServingStack(unittest.TestCase):
             err = json.loads(data)["error"]
             self.assertEqual(set(err), {"message", "type", "param", "code"}, body)
         r, data = self.raw("POST", "/v1/chat/completions", b" " * (9 << 20))
-        self.assertEqual(r.status, 400)
+        self.assertEqual(r.status, 413)
         self.assertEqual(json.loads(data)["error"]["code"], "body_too_large")
         r, data = self.raw("GET", "/v1/nope")
         self.assertEqual(r.status, 404)
