@@ -66,15 +66,18 @@ absl::StatusOr<ojson> ArgsObject(const ToolCall& tc) {
       absl::StrCat("tool call '", tc.name, "': arguments must be a JSON object (or a string holding one)"));
 }
 
-absl::StatusOr<std::string> RenderGlm(const ChatRequest& r) {
-  std::string out = "[gMASK]<sop>";
+// The renderers write the template's text with Markup() and the request's with Client()
+// (prompt.h): the tokenizer then never turns client text into control tokens.
+absl::StatusOr<ChatPrompt> RenderGlm(const ChatRequest& r) {
+  ChatPromptBuilder out;
+  out.Markup("[gMASK]<sop>");
   if (r.tools.is_array() && !r.tools.empty()) {
-    out += kGlmToolsPreamble;
+    out.Markup(kGlmToolsPreamble);
     for (const auto& t : r.tools) {
-      out += "\n";
-      out += PyJsonDumps(t);
+      out.Markup("\n");
+      out.Client(PyJsonDumps(t));
     }
-    out += kGlmToolsPostamble;
+    out.Markup(kGlmToolsPostamble);
   }
   int last_user = -1;
   for (size_t i = 0; i < r.messages.size(); ++i) {
@@ -84,11 +87,13 @@ absl::StatusOr<std::string> RenderGlm(const ChatRequest& r) {
     const ChatMessage& m = r.messages[i];
     const std::string text = m.content.value_or("");
     if (m.role == "system") {
-      out += "<|system|>" + text;
+      out.Markup("<|system|>");
+      out.Client(text);
     } else if (m.role == "user") {
-      out += "<|user|>" + text;
+      out.Markup("<|user|>");
+      out.Client(text);
     } else if (m.role == "assistant") {
-      out += "<|assistant|>";
+      out.Markup("<|assistant|>");
       std::string content = text, reasoning;
       if (m.reasoning_content.has_value()) {
         reasoning = *m.reasoning_content;
@@ -99,89 +104,112 @@ absl::StatusOr<std::string> RenderGlm(const ChatRequest& r) {
       }
       const std::string rs = PyStrip(reasoning);
       if ((!r.clear_thinking || static_cast<int>(i) > last_user) && !rs.empty()) {
-        out += "<think>" + rs + "</think>";
+        out.Markup("<think>");
+        out.Client(rs);
+        out.Markup("</think>");
       } else {
-        out += "</think>";
+        out.Markup("</think>");
       }
-      out += PyStrip(content);
+      out.Client(PyStrip(content));
       for (const ToolCall& tc : m.tool_calls) {
-        out += "<tool_call>" + tc.name;
+        out.Markup("<tool_call>");
+        out.Client(tc.name);
         MOE_ASSIGN_OR_RETURN(ojson args, ArgsObject(tc));
         for (auto it = args.begin(); it != args.end(); ++it) {
-          out += "<arg_key>" + it.key() + "</arg_key><arg_value>";
-          out += it.value().is_string() ? it.value().get<std::string>() : PyJsonDumps(it.value());
-          out += "</arg_value>";
+          out.Markup("<arg_key>");
+          out.Client(it.key());
+          out.Markup("</arg_key><arg_value>");
+          out.Client(it.value().is_string() ? it.value().get<std::string>() : PyJsonDumps(it.value()));
+          out.Markup("</arg_value>");
         }
-        out += "</tool_call>";
+        out.Markup("</tool_call>");
       }
     } else if (m.role == "tool" || m.role == "observation") {
       const bool first_of_run =
           i == 0 || (r.messages[i - 1].role != "tool" && r.messages[i - 1].role != "observation");
-      if (first_of_run) out += "<|observation|>";
-      out += "<tool_response>" + text + "</tool_response>";
+      if (first_of_run) out.Markup("<|observation|>");
+      out.Markup("<tool_response>");
+      out.Client(text);
+      out.Markup("</tool_response>");
     } else {
       return absl::InvalidArgumentError(absl::StrCat("GLM chat: unknown role '", m.role, "' in message ", i));
     }
   }
-  if (r.add_generation_prompt) out += r.enable_thinking ? "<|assistant|><think>" : "<|assistant|></think>";
-  return out;
+  if (r.add_generation_prompt) out.Markup(r.enable_thinking ? "<|assistant|><think>" : "<|assistant|></think>");
+  return out.Take();
 }
 
-absl::StatusOr<std::string> RenderDeepSeekV3(const ChatRequest& r) {
-  std::string system;
+absl::StatusOr<ChatPrompt> RenderDeepSeekV3(const ChatRequest& r) {
+  ChatPromptBuilder out;
+  out.Markup(kDsBos);
   bool first_sp = true;
   for (const auto& m : r.messages) {
     if (m.role != "system") continue;
-    if (!first_sp) system += "\n\n";
-    system += m.content.value_or("");
+    if (!first_sp) out.Markup("\n\n");
+    out.Client(m.content.value_or(""));
     first_sp = false;
   }
-  std::string out = std::string(kDsBos) + system;
   bool is_first = false, is_tool = false, is_output_first = true;
   for (size_t i = 0; i < r.messages.size(); ++i) {
     const ChatMessage& m = r.messages[i];
     if (m.role == "system") continue;
     if (m.role == "user") {
       is_tool = false;
-      out += std::string(kDsUser) + m.content.value_or("");
+      out.Markup(kDsUser);
+      out.Client(m.content.value_or(""));
     } else if (m.role == "assistant" && m.has_tool_calls) {
       is_tool = false;
       for (const ToolCall& tc : m.tool_calls) {
         const std::string args =
             tc.arguments.is_string() ? tc.arguments.get<std::string>() : PyJsonDumps(tc.arguments);
-        const std::string call = std::string(kDsCallBegin) + tc.type + std::string(kDsSep) + tc.name +
-                                 "\n```json\n" + args + "\n```" + std::string(kDsCallEnd);
         if (!is_first) {
-          out += std::string(kDsAssistant) + m.content.value_or("") + std::string(kDsCallsBegin) + call;
+          out.Markup(kDsAssistant);
+          out.Client(m.content.value_or(""));
+          out.Markup(kDsCallsBegin);
           is_first = true;
         } else {
-          out += "\n" + call;
+          out.Markup("\n");
         }
+        out.Markup(kDsCallBegin);
+        out.Client(tc.type);
+        out.Markup(kDsSep);
+        out.Client(tc.name);
+        out.Markup("\n```json\n");
+        out.Client(args);
+        out.Markup("\n```");
+        out.Markup(kDsCallEnd);
       }
-      out += std::string(kDsCallsEnd) + std::string(kDsEos);
+      out.Markup(kDsCallsEnd);
+      out.Markup(kDsEos);
     } else if (m.role == "assistant") {
       if (is_tool) {
-        out += std::string(kDsOutputsEnd) + m.content.value_or("") + std::string(kDsEos);
+        out.Markup(kDsOutputsEnd);
+        out.Client(m.content.value_or(""));
+        out.Markup(kDsEos);
         is_tool = false;
       } else {
         std::string content = m.content.value_or("");
         if (content.find("</think>") != std::string::npos) content = SplitLast(content, "</think>");
-        out += std::string(kDsAssistant) + content + std::string(kDsEos);
+        out.Markup(kDsAssistant);
+        out.Client(content);
+        out.Markup(kDsEos);
       }
     } else if (m.role == "tool") {
       is_tool = true;
       if (is_output_first) {
-        out += std::string(kDsOutputsBegin);
+        out.Markup(kDsOutputsBegin);
         is_output_first = false;
       }
-      out += std::string(kDsOutputBegin) + m.content.value_or("") + std::string(kDsOutputEnd);
+      out.Markup(kDsOutputBegin);
+      out.Client(m.content.value_or(""));
+      out.Markup(kDsOutputEnd);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("DeepSeek-V3 chat: unknown role '", m.role, "' in message ", i));
     }
   }
-  if (is_tool) out += kDsOutputsEnd;
-  if (r.add_generation_prompt && !is_tool) out += kDsAssistant;
-  return out;
+  if (is_tool) out.Markup(kDsOutputsEnd);
+  if (r.add_generation_prompt && !is_tool) out.Markup(kDsAssistant);
+  return out.Take();
 }
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
@@ -357,7 +385,7 @@ absl::StatusOr<ChatRequest> ParseChatRequestJson(std::string_view text) {
   return r;
 }
 
-absl::StatusOr<std::string> RenderChat(ChatFormat format, const ChatRequest& request) {
+absl::StatusOr<ChatPrompt> RenderChatPrompt(ChatFormat format, const ChatRequest& request) {
   switch (format) {
     case ChatFormat::kGlm:
       return RenderGlm(request);
@@ -365,6 +393,11 @@ absl::StatusOr<std::string> RenderChat(ChatFormat format, const ChatRequest& req
       return RenderDeepSeekV3(request);
   }
   return absl::InvalidArgumentError("unknown chat format");
+}
+
+absl::StatusOr<std::string> RenderChat(ChatFormat format, const ChatRequest& request) {
+  MOE_ASSIGN_OR_RETURN(ChatPrompt p, RenderChatPrompt(format, request));
+  return std::move(p.text);
 }
 
 }  // namespace moe::text

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/text/prompt.h"
 #include "nlohmann/json.hpp"
 
 namespace moe::text {
@@ -61,6 +62,9 @@ absl::StatusOr<ChatRequest> ParseChatRequestJson(std::string_view json_text);
 absl::StatusOr<std::vector<ChatMessage>> ParseMessagesJson(const nlohmann::ordered_json& messages);
 
 absl::StatusOr<std::string> RenderChat(ChatFormat format, const ChatRequest& request);
+// The same prompt with the byte ranges that came from the request (prompt.h): encode it with
+// EncodeOptions::plain_spans = client_spans so client text never becomes control tokens.
+absl::StatusOr<ChatPrompt> RenderChatPrompt(ChatFormat format, const ChatRequest& request);
 
 // Python's str.strip()/isspace() whitespace (templates call .strip()).
 bool PyIsSpace(int32_t cp);

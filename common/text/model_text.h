@@ -2,8 +2,9 @@
 // the tokenizer, the chat format and the ids that end generation.
 //
 //   MOE_ASSIGN_OR_RETURN(auto mt, text::LoadModelText(dir, /*chat_format=*/""));
-//   auto prompt = text::RenderChat(mt.format, request);          // --chat
-//   auto ids = mt.tokenizer->Encode(*prompt, {.add_special_tokens = false});
+//   auto prompt = text::RenderChatPrompt(mt.format, request);    // --chat
+//   auto ids = mt.tokenizer->Encode(prompt->text, {.add_special_tokens = false,
+//                                                  .plain_spans = prompt->client_spans});
 //   // --prompt TEXT: mt.tokenizer->Encode(text) (post-processor adds BOS where the file says)
 //
 // Files: DIR/tokenizer.json (or tokenizer.json.gz), DIR/chat_template.jinja or

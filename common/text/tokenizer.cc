@@ -221,7 +221,23 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   return t;
 }
 
-void Tokenizer::SplitAdded(std::string_view s, const Matcher& m, bool parse_special,
+namespace {
+
+// The first plain span that ends after `pos` (spans are sorted), or nullptr.
+const TextSpan* SpanEndingAfter(std::span<const TextSpan> plain, size_t pos) {
+  auto it = std::upper_bound(plain.begin(), plain.end(), pos, [](size_t p, const TextSpan& sp) { return p < sp.end; });
+  return it == plain.end() ? nullptr : &*it;
+}
+
+bool OverlapsAny(std::span<const TextSpan> plain, size_t begin, size_t end) {
+  const TextSpan* sp = SpanEndingAfter(plain, begin);
+  return sp != nullptr && sp->begin < end;
+}
+
+}  // namespace
+
+void Tokenizer::SplitAdded(std::string_view s, const Matcher& m, bool parse_special, size_t base,
+                           std::span<const TextSpan> plain,
                            std::vector<std::pair<std::string_view, int32_t>>* out) const {
   if (!m.any) {
     if (!s.empty()) out->emplace_back(s, -1);
@@ -243,6 +259,15 @@ void Tokenizer::SplitAdded(std::string_view s, const Matcher& m, bool parse_spec
       continue;
     }
     size_t start = i, stop = i + hit->text.size();
+    if (!plain.empty()) {
+      const TextSpan* sp = SpanEndingAfter(plain, base + start);
+      if (sp != nullptr && sp->begin < base + stop) {
+        // Client text: no control token. Resume after the match, but not past the end of
+        // the span (what follows is the template's own text), nor past a markup start.
+        i = sp->begin > base + start ? start + 1 : std::min(stop, sp->end - base);
+        continue;
+      }
+    }
     i = stop;  // the automaton moves past this match whether or not it is kept
     const AddedToken& tok = added_[hit->index];
     if (!parse_special && tok.special) continue;
@@ -285,21 +310,42 @@ void Tokenizer::SplitAdded(std::string_view s, const Matcher& m, bool parse_spec
 std::vector<int32_t> Tokenizer::Encode(std::string_view input, const EncodeOptions& opt) const {
   std::string clean;
   std::string_view text = input;
+  std::span<const TextSpan> plain = opt.plain_spans;
+  std::vector<TextSpan> remapped;
   if (!IsValidUtf8(input)) {
-    clean = SanitizeUtf8(input);
+    if (plain.empty()) {
+      clean = SanitizeUtf8(input);
+    } else {
+      // Sanitize span by span so the spans still name the same text afterwards.
+      size_t pos = 0;
+      for (const TextSpan& sp : plain) {
+        const size_t b = std::min(std::max(sp.begin, pos), input.size());
+        const size_t e = std::min(std::max(sp.end, b), input.size());
+        clean += SanitizeUtf8(input.substr(pos, b - pos));
+        const size_t nb = clean.size();
+        clean += SanitizeUtf8(input.substr(b, e - b));
+        remapped.push_back({nb, clean.size()});
+        pos = e;
+      }
+      clean += SanitizeUtf8(input.substr(pos));
+      plain = remapped;
+    }
     text = clean;
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
   std::vector<std::pair<std::string_view, int32_t>> raw_split, norm_split;
-  SplitAdded(text, *raw_matcher_, opt.parse_special, &raw_split);
+  SplitAdded(text, *raw_matcher_, opt.parse_special, 0, plain, &raw_split);
   std::deque<std::string> arena;
   std::vector<std::string_view> pieces;
-  for (const auto& [piece, id] : raw_split) {
-    if (id >= 0) {
-      ids.push_back(id);
-      continue;
-    }
+  auto encode_plain = [&](std::string_view sub) {
+    pieces.clear();
+    RunPreTokenizer(pre_tokenizer_.get(), sub, &arena, &pieces);
+    for (auto p : pieces) model_->Encode(p, &ids);
+  };
+  // Normalized-token matching on one piece (`offset`: where it starts in `text`; `spans`
+  // apply to the normalized piece at that offset, so only when normalizing kept its length).
+  auto encode_piece = [&](std::string_view piece, size_t offset, std::span<const TextSpan> spans) {
     std::string_view normalized = piece;
     if (normalizer_) {
       arena.emplace_back(piece);
@@ -307,15 +353,48 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view input, const EncodeOptio
       normalized = arena.back();
     }
     norm_split.clear();
-    SplitAdded(normalized, *norm_matcher_, opt.parse_special, &norm_split);
+    SplitAdded(normalized, *norm_matcher_, opt.parse_special, offset, spans, &norm_split);
     for (const auto& [sub, sid] : norm_split) {
       if (sid >= 0) {
         ids.push_back(sid);
-        continue;
+      } else {
+        encode_plain(sub);
       }
-      pieces.clear();
-      RunPreTokenizer(pre_tokenizer_.get(), sub, &arena, &pieces);
-      for (auto p : pieces) model_->Encode(p, &ids);
+    }
+  };
+  for (const auto& [piece, id] : raw_split) {
+    if (id >= 0) {
+      ids.push_back(id);
+      continue;
+    }
+    const size_t offset = static_cast<size_t>(piece.data() - text.data());
+    if (!normalizer_ || !OverlapsAny(plain, offset, offset + piece.size())) {
+      encode_piece(piece, offset, normalizer_ ? std::span<const TextSpan>() : plain);
+      continue;
+    }
+    std::string normalized(piece);
+    normalizer_->Normalize(&normalized);
+    if (normalized == piece) {  // offsets unchanged: the spans apply as they are
+      encode_piece(piece, offset, plain);
+      continue;
+    }
+    // The normalizer changes lengths here: split at span edges, normalize each part alone.
+    size_t pos = offset;
+    const size_t end = offset + piece.size();
+    while (pos < end) {
+      const TextSpan* sp = SpanEndingAfter(plain, pos);
+      if (sp == nullptr || sp->begin >= end) {
+        encode_piece(text.substr(pos, end - pos), pos, {});
+        break;
+      }
+      if (sp->begin > pos) {
+        encode_piece(text.substr(pos, sp->begin - pos), pos, {});
+        pos = sp->begin;
+      }
+      const size_t e = std::min(sp->end, end);
+      const TextSpan whole{pos, SIZE_MAX};  // all of this part, whatever its normalized length
+      encode_piece(text.substr(pos, e - pos), pos, std::span<const TextSpan>(&whole, 1));
+      pos = e;
     }
   }
   if (opt.add_special_tokens) ApplyPost(&ids);

@@ -10,6 +10,12 @@
 // Added-token matching is leftmost-longest with HF's single_word / lstrip / rstrip rules.
 // parse_special=false is HF's `encode_special_tokens=True`: special added tokens are then
 // plain text (non-special added tokens still match).
+// plain_spans: byte ranges of the input in which no added token at all is matched (the
+// client's text inside a chat prompt: a user typing "<|assistant|>" must not produce the
+// control token). A match overlapping a span is refused; the text is BPE'd as plain bytes.
+// The whole input is still encoded in one pass, so with no added-token text inside the
+// spans the ids equal HF's. (Where a normalizer changes the text of a piece that a span
+// touches, the piece is split at the span's edges and each part normalized alone.)
 // Decode: ids -> token strings (added tokens by content; special ones dropped with
 // skip_special) -> ByteLevel decoder (per token: byte-alphabet chars -> bytes, or the
 // token's own UTF-8 when it has other chars) -> lossy UTF-8 (U+FFFD per maximal subpart).
@@ -30,6 +36,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/text/text_span.h"
 
 namespace moe::text {
 
@@ -50,6 +57,7 @@ struct AddedToken {
 struct EncodeOptions {
   bool parse_special = true;       // match special added tokens in the text
   bool add_special_tokens = true;  // run the post-processor (e.g. add BOS)
+  std::span<const TextSpan> plain_spans = {};  // sorted, non-overlapping: no added tokens inside
 };
 
 class Tokenizer {
@@ -79,8 +87,9 @@ class Tokenizer {
   struct Matcher;
   struct PostStep;
   Tokenizer();
-  void SplitAdded(std::string_view text, const Matcher& m, bool parse_special,
-                  std::vector<std::pair<std::string_view, int32_t>>* out) const;
+  // `base`: offset of `text` in the input the plain spans refer to.
+  void SplitAdded(std::string_view text, const Matcher& m, bool parse_special, size_t base,
+                  std::span<const TextSpan> plain, std::vector<std::pair<std::string_view, int32_t>>* out) const;
   void ApplyPost(std::vector<int32_t>* ids) const;
 
   std::unique_ptr<BpeModel> model_;

@@ -50,6 +50,11 @@ absl::StatusOr<std::vector<int32_t>> ModelTextCodec::Encode(std::string_view tex
 }
 
 absl::StatusOr<std::string> ModelTextCodec::Render(const ChatRequest& request) const {
+  MOE_ASSIGN_OR_RETURN(text::ChatPrompt p, RenderPrompt(request));
+  return std::move(p.text);
+}
+
+absl::StatusOr<text::ChatPrompt> ModelTextCodec::RenderPrompt(const ChatRequest& request) const {
   text::ChatRequest r;
   for (size_t i = 0; i < request.messages.size(); ++i) {
     const ChatMessage& m = request.messages[i];
@@ -76,14 +81,15 @@ absl::StatusOr<std::string> ModelTextCodec::Render(const ChatRequest& request) c
   r.add_generation_prompt = true;
   r.enable_thinking = request.enable_thinking;
   r.clear_thinking = request.clear_thinking;
-  return text::RenderChat(format_, r);
+  return text::RenderChatPrompt(format_, r);
 }
 
 absl::StatusOr<std::vector<int32_t>> ModelTextCodec::EncodeChat(const ChatRequest& request) const {
-  MOE_ASSIGN_OR_RETURN(std::string prompt, Render(request));
+  MOE_ASSIGN_OR_RETURN(text::ChatPrompt prompt, RenderPrompt(request));
   text::EncodeOptions opt;
-  opt.add_special_tokens = false;  // the template already wrote them
-  return tok_->Encode(prompt, opt);
+  opt.add_special_tokens = false;          // the template already wrote them
+  opt.plain_spans = prompt.client_spans;   // what the client wrote is never a control token
+  return tok_->Encode(prompt.text, opt);
 }
 
 std::string ModelTextCodec::TokenBytes(int32_t id) const {

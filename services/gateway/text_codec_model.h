@@ -4,7 +4,9 @@
 //
 // Prompts: chat requests are rendered exactly as transformers'
 // apply_chat_template (common/text/chat.h contract) and tokenized with
-// special tokens parsed and no post-processor; completions prompts are
+// special tokens parsed in the template's own text only — what the client
+// wrote (content, names, tools, arguments) never becomes a control token
+// (common/text/prompt.h) — and no post-processor; completions prompts are
 // tokenized like HF's tokenizer(prompt) (special tokens parsed, post-processor
 // applied). Tool calls in assistant messages carry their arguments as the
 // JSON string OpenAI clients send; they are parsed back to JSON for the GLM
@@ -37,6 +39,7 @@ class ModelTextCodec final : public TextCodec {
 
   // The rendered prompt (exposed for tests).
   absl::StatusOr<std::string> Render(const ChatRequest& request) const;
+  absl::StatusOr<text::ChatPrompt> RenderPrompt(const ChatRequest& request) const;
 
  private:
   std::unique_ptr<text::Tokenizer> tok_;

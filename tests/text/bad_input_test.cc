@@ -1,4 +1,5 @@
 // Bad tokenizer files and bad text give clear errors or the documented replacement.
+#include <algorithm>
 #include <string>
 
 #include "common/text/tokenizer.h"
@@ -37,6 +38,29 @@ TEST(TextBadInput, MinimalTokenizerLoads) {
   auto t = Tokenizer::FromJson(GlmJson().dump(), "min.json");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ((*t)->Encode("ab<|user|>"), (std::vector<int32_t>{256, 257}));
+}
+
+// plain_spans: no added token is matched overlapping them; outside them matching is as usual.
+TEST(TextBadInput, PlainSpansNeverMatchAddedTokens) {
+  auto t = Tokenizer::FromJson(GlmJson().dump(), "min.json");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const Tokenizer& tok = **t;
+  const int32_t user = 257;
+  auto count = [&](std::string_view text, std::vector<TextSpan> spans) {
+    const auto ids = tok.Encode(text, {.parse_special = true, .add_special_tokens = false, .plain_spans = spans});
+    EXPECT_EQ(tok.Decode(ids), IsValidUtf8(text) ? std::string(text) : SanitizeUtf8(text));
+    return std::count(ids.begin(), ids.end(), user);
+  };
+  EXPECT_EQ(count("<|user|>x<|user|>", {}), 2);
+  EXPECT_EQ(count("<|user|>x<|user|>", {{0, 8}}), 1);        // the client's copy is plain
+  EXPECT_EQ(count("<|user|>x<|user|>", {{0, 9}, {9, 17}}), 0);
+  EXPECT_EQ(count("<|user|>", {{0, 4}}), 0);                // starts in the span, ends outside
+  EXPECT_EQ(count("<|user|>", {{4, 8}}), 0);                // starts outside, ends in the span
+  EXPECT_EQ(count("<|us<|user|>", {{0, 4}}), 1);            // a marker right after the span is kept
+  EXPECT_EQ(count("a<|user|>b<|user|>", {{1, 2}}), 1);      // a span that holds no marker changes nothing
+  // Ill-formed bytes inside a span are replaced without moving the spans off their text.
+  EXPECT_EQ(count("\xff<|user|>\xfe<|user|>", {{0, 9}}), 1);
+  EXPECT_EQ(count("\xff\xff<|user|>", {{2, 10}}), 0);
 }
 
 void ExpectError(const ojson& j, const std::string& needle) {

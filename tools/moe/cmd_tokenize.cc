@@ -101,13 +101,15 @@ absl::Status Run(int argc, char** argv, FlagSet* flags, bool* help) {
       MOE_ASSIGN_OR_RETURN(fmt, text::DetectChatFormat(DirOf(tokenizer_path)));
     }
     MOE_ASSIGN_OR_RETURN(auto req, text::ParseChatRequestJson(in));
-    MOE_ASSIGN_OR_RETURN(std::string prompt, text::RenderChat(fmt, req));
+    MOE_ASSIGN_OR_RETURN(text::ChatPrompt prompt, text::RenderChatPrompt(fmt, req));
     if (text_out) {
-      std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+      std::fwrite(prompt.text.data(), 1, prompt.text.size(), stdout);
       std::fputc('\n', stdout);
       return absl::OkStatus();
     }
-    PrintIds(tok->Encode(prompt, {.parse_special = true, .add_special_tokens = false}), json);
+    PrintIds(tok->Encode(prompt.text,
+                         {.parse_special = true, .add_special_tokens = false, .plain_spans = prompt.client_spans}),
+             json);
     return absl::OkStatus();
   }
   PrintIds(tok->Encode(in, {.parse_special = special, .add_special_tokens = special}), json);

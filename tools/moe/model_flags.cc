@@ -50,10 +50,11 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
     if (!req.ok()) return Annotate(req.status(), "--chat");
     req->add_generation_prompt = true;
     req->enable_thinking = p.thinking;
-    MOE_ASSIGN_OR_RETURN(std::string rendered, text::RenderChat(mt.format, *req));
+    MOE_ASSIGN_OR_RETURN(text::ChatPrompt rendered, text::RenderChatPrompt(mt.format, *req));
     text::EncodeOptions opt;
-    opt.add_special_tokens = false;  // the template wrote them
-    out.ids = mt.tokenizer->Encode(rendered, opt);
+    opt.add_special_tokens = false;          // the template wrote them
+    opt.plain_spans = rendered.client_spans;  // message text is never control tokens
+    out.ids = mt.tokenizer->Encode(rendered.text, opt);
   }
   if (out.ids.empty()) return absl::InvalidArgumentError("the prompt encodes to no tokens");
   out.text.emplace(std::move(mt));
