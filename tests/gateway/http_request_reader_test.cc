@@ -36,7 +36,7 @@ std::string Gzip(const std::string& data, int window_bits = 15 + 16) {
 }
 
 struct Outcome {
-  State state;
+  State state = State::kIdle;
   int status = 0;
   std::string code;
   HttpRequest request;
@@ -52,7 +52,8 @@ Outcome FeedAll(const std::string& bytes, HttpLimits l = Small(), size_t step = 
       st = r.Feed(std::string_view(bytes).substr(i, step));
     }
   }
-  Outcome o{st};
+  Outcome o;
+  o.state = st;
   if (st == State::kError) {
     o.status = r.error().status;
     o.code = r.error().code;
