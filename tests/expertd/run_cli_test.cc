@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/expertstore/cache_sim.h"
+#include "common/expertstore/routing_trace.h"
 #include "common/format/container.h"
 #include "common/format/convert.h"
 #include "services/expertd_client/client.h"

@@ -10,7 +10,7 @@
 // predicts them (each true expert kept with --lookahead-accuracy, else a
 // wrong one: colibri measured ~72%), and at the last layer the current
 // token's layer-0 experts for the next token. Routing: a skewed synthetic
-// trace (cache_sim.h) or a recorded one (layers / ids folded modulo the slice).
+// trace (cache_sim.h) or a recorded one (routing_trace.h; layers / ids folded modulo the slice).
 // --dense-ms X: after each layer's experts, X ms of real kernel work stand for
 // the next layer's attention, router and shared expert (which the engine runs
 // between a look-ahead hint and the fetch it predicts): the time in which the

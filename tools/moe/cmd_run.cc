@@ -2,7 +2,7 @@
 // --expertd ADDR: routed experts come from a running expertd (shared cache,
 // RemoteExpertSource) instead of the in-process store; needs a container.
 // --record-routing FILE: writes every (position, layer, top-k expert ids) of
-// the run as a routing trace (common/expertstore/cache_sim.h format, one line
+// the run as a routing trace (common/expertstore/routing_trace.h format, one line
 // per position x MoE layer, sorted by position then layer) for `moe bench cache`,
 // each row preceded by the router look-ahead's prediction of it made at the
 // layer before ("+" lines, trace version 2).
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/flags.h"
 #include "common/base/status.h"
-#include "common/expertstore/cache_sim.h"
+#include "common/expertstore/routing_trace.h"
 #include "common/model/engine.h"
 #include "services/expertd_client/remote_expert_source.h"
 #include "tools/moe/commands.h"
