@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <filesystem>
-#include <numeric>
+#include <unordered_map>
 
 #include "common/base/status.h"
 
@@ -13,13 +12,6 @@ namespace {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t SplitMix(uint64_t* s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -130,60 +122,27 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
   return e;
 }
 
-int32_t SampleToken(const float* logits, int64_t n, const SamplingParams& sp, uint64_t* rng_state) {
-  if (sp.greedy || sp.temperature <= 0) return Argmax(logits, n);
-  std::vector<int32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  int64_t keep = n;
-  if (sp.top_k > 0) keep = std::min<int64_t>(keep, sp.top_k);
-  std::vector<double> p(keep);
-  const double mx = logits[idx[0]];
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    p[i] = std::exp((logits[idx[i]] - mx) / sp.temperature);
-    sum += p[i];
-  }
-  if (sp.top_p < 1.0) {
-    double cum = 0;
-    int64_t k = 0;
-    for (; k < keep; ++k) {
-      cum += p[k] / sum;
-      if (cum >= sp.top_p) {
-        ++k;
-        break;
-      }
-    }
-    keep = std::max<int64_t>(1, std::min(k, keep));
-    sum = 0;
-    for (int64_t i = 0; i < keep; ++i) sum += p[i];
-  }
-  const double u = static_cast<double>(SplitMix(rng_state) >> 11) * (1.0 / 9007199254740992.0) * sum;
-  double cum = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    cum += p[i];
-    if (u < cum) return idx[i];
-  }
-  return idx[keep - 1];
-}
-
 absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt, int64_t max_tokens,
                                                 const SamplingParams& sp, KvCache& cache) const {
   GenerateResult r;
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  MOE_RETURN_IF_ERROR(CheckSampleParams(sp.sample));
   const ModelConfig& c = config();
   if (cache.length() + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_tokens - 1, 0) >
       c.max_position_embeddings) {
     return absl::OutOfRangeError(absl::StrCat("prompt (", prompt.size(), " tokens) + ", max_tokens,
                                               " new tokens exceed the context length ", c.max_position_embeddings));
   }
-  uint64_t rng = sp.seed;
+  Rng rng(sp.seed);
+  std::unordered_map<int32_t, int32_t> counts;  // generated tokens (penalties)
   double t0 = Now();
   MOE_ASSIGN_OR_RETURN(ForwardResult f, model_->Forward(prompt, cache, /*all_rows=*/false));
   r.prefill_seconds = Now() - t0;
   t0 = Now();
   for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t t = SampleToken(f.logits.data(), c.vocab_size, sp, &rng);
+    const int32_t t =
+        Sample(std::span<const float>(f.logits.data(), c.vocab_size), sp.sample, counts, /*top_logprobs=*/-1, rng).token;
+    ++counts[t];
     r.tokens.push_back(t);
     if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end()) {
       r.stopped_at_eos = true;

@@ -21,6 +21,7 @@
 #include "common/model/local_expert_source.h"
 #include "common/model/kv_cache.h"
 #include "common/model/model.h"
+#include "common/sampling/sampler.h"
 
 namespace moe {
 
@@ -56,11 +57,11 @@ struct MemoryPlan {
   std::string ToString() const;
 };
 
+// Generate's sampling: the one sampler (common/sampling/sampler.h, what inferd
+// draws with) and the sequence's seed (Rng(seed), one draw per sampled
+// token). Default: greedy.
 struct SamplingParams {
-  bool greedy = true;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  int64_t top_k = 0;  // 0 = off
+  SampleParams sample{.temperature = 0.0f};
   uint64_t seed = 0;
 };
 
@@ -119,8 +120,5 @@ class Engine {
   ExpertSource* source_ = nullptr;          // local_ or external_
   std::unique_ptr<Model> model_;
 };
-
-// Samples from logits (greedy = argmax). `rng_state` advances.
-int32_t SampleToken(const float* logits, int64_t n, const SamplingParams& sp, uint64_t* rng_state);
 
 }  // namespace moe

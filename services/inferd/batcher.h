@@ -34,7 +34,7 @@
 
 #include "absl/status/status.h"
 #include "services/inferd/prefix_cache.h"
-#include "services/inferd/sampler.h"
+#include "common/sampling/sampler.h"
 #include "services/inferd/sequence_model.h"
 #include "services/inferd/step_planner.h"
 

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/service_main.h"
+#include "common/sampling/sampler.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 
@@ -47,9 +48,9 @@ grpc::Status InferdService::Generate(grpc::ServerContext* ctx, const GenerateReq
   r.seed = sp.seed();
   r.logprobs = req->logprobs();
   r.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
-  if (r.sampling.temperature < 0 || r.sampling.top_p > 1 || r.sampling.top_k < 0 || r.sampling.min_p < 0 ||
-      r.sampling.min_p > 1) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling parameters out of range");
+  if (absl::Status bad = CheckSampleParams(r.sampling); !bad.ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("sampling parameters out of range: ", bad.message()));
   }
   const std::string id = r.id;
   auto q = std::make_shared<CallQueue>();

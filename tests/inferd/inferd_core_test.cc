@@ -6,7 +6,7 @@
 
 #include "services/inferd/batcher.h"
 #include "services/inferd/prefix_cache.h"
-#include "services/inferd/sampler.h"
+#include "common/sampling/sampler.h"
 #include "services/inferd/step_planner.h"
 #include "tests/inferd/toy_model.h"
 

@@ -6,6 +6,8 @@ expertd) + the gateway with the model's tokenizer. Loopback/unix sockets only.
     its in-process expert store (greedy and seeded sampling, chat and
     completions, requests sent concurrently so the workers batch them).
   - expertd really served both workers (two sessions, reads/hits counted).
+  - `moe run` with --seed/--temperature/--top-p samples the same tokens as the
+    API with the same parameters (one sampler, common/sampling).
   - The gateway refuses to start with a tokenizer larger than the model's
     vocabulary, naming both numbers.
 
@@ -103,6 +105,32 @@ class EngineStack(unittest.TestCase):
         finally:
             codes = stack.stop()
         self.assertTrue(all(c == 0 for c in codes.values()), codes)
+
+    def test_moe_run_and_the_api_sample_the_same_tokens(self):
+        """One sampler (common/sampling): `moe run --seed S --temperature T --top-p P` and the API with the
+        same parameters give the same tokens (completion text and count), for several (S, T, P); a
+        different seed gives other tokens (the seed acts)."""
+        prompt = "Once upon a time there was"
+        cases = [(7, 0.9, 0.95), (123, 1.3, 0.8), (5, 0.7, 1.0), (8, 0.9, 0.95)]
+        stack = self.engine_stack(workers=1)
+        try:
+            api = []
+            for seed, t, p in cases:
+                body = {"prompt": prompt, "max_tokens": 12, "temperature": t, "top_p": p, "seed": seed}
+                out, n = post(stack.base_url, "/v1/completions", body)
+                api.append((out[0][0], n))
+        finally:
+            codes = stack.stop()
+        self.assertTrue(all(c == 0 for c in codes.values()), codes)
+        for (seed, t, p), (text, n) in zip(cases, api):
+            r = subprocess.run([os.path.join(BUILD, "tools/moe/moe"), "run", f"--model={self.container}",
+                                f"--prompt={prompt}", "--max-tokens=12",
+                                f"--temperature={t}", f"--top-p={p}", f"--seed={seed}", "--json"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            cli = json.loads(r.stdout)
+            self.assertEqual((cli["text"], len(cli["tokens"])), (text, n), (seed, t, p))
+        self.assertNotEqual(api[0], api[3])  # seeds 7 and 8, same parameters
 
     def test_gateway_refuses_a_tokenizer_larger_than_the_model(self):
         # inferd_toy serves a 257-id byte vocabulary; the project tokenizer has 12,288 ids.

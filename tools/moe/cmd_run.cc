@@ -6,7 +6,9 @@
 // per position x MoE layer, sorted by position then layer) for `moe bench cache`,
 // each row preceded by the router look-ahead's prediction of it made at the
 // layer before ("+" lines, trace version 2).
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -19,6 +21,7 @@
 #include "common/base/status.h"
 #include "common/expertstore/routing_trace.h"
 #include "common/model/engine.h"
+#include "common/sampling/sampler.h"
 #include "services/expertd_client/remote_expert_source.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
@@ -112,7 +115,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
       record_routing;
   bool prefetch = true;
   int64_t max_tokens = 32, top_k = 0, seed = 0;
-  double temperature = 0, top_p = 1.0;
+  double temperature = 0, top_p = 1.0, min_p = 0, presence_penalty = 0, frequency_penalty = 0;
   bool greedy = false, json = false;
   uint64_t ram_budget = 0;
   FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint or `moe convert` container).");
@@ -126,7 +129,10 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   flags.AddDouble("temperature", &temperature, "sampling temperature (0 = greedy)");
   flags.AddDouble("top-p", &top_p, "nucleus sampling mass");
   flags.AddInt("top-k", &top_k, "sample among the k most likely (0 = off)");
-  flags.AddInt("seed", &seed, "sampling seed");
+  flags.AddDouble("min-p", &min_p, "drop tokens below this share of the most likely one's probability (0 = off)");
+  flags.AddDouble("presence-penalty", &presence_penalty, "subtracted from the logit of every token generated so far");
+  flags.AddDouble("frequency-penalty", &frequency_penalty, "subtracted per occurrence of a token generated so far");
+  flags.AddInt("seed", &seed, "sampling seed (the API's `seed`: same seed and parameters, same tokens)");
   flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
   flags.AddString("attention", &attention, kAttentionFlagHelp);
   flags.AddString("kv-dtype", &kv_dtype, "KV cache storage: f32 or bf16");
@@ -158,13 +164,16 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   } else if (kv_dtype != "f32") {
     return absl::InvalidArgumentError("--kv-dtype must be f32 or bf16");
   }
+  // The one sampler (common/sampling), as inferd uses it for the API.
   SamplingParams sp;
-  sp.greedy = greedy || temperature <= 0;
-  sp.temperature = temperature;
-  sp.top_p = top_p;
-  sp.top_k = top_k;
+  sp.sample.temperature = greedy ? 0.0f : static_cast<float>(temperature);
+  sp.sample.top_p = static_cast<float>(top_p);
+  sp.sample.top_k = static_cast<int32_t>(std::clamp<int64_t>(top_k, -1, std::numeric_limits<int32_t>::max()));
+  sp.sample.min_p = static_cast<float>(min_p);
+  sp.sample.presence_penalty = static_cast<float>(presence_penalty);
+  sp.sample.frequency_penalty = static_cast<float>(frequency_penalty);
   sp.seed = static_cast<uint64_t>(seed);
-  if (!sp.greedy && (top_p <= 0 || top_p > 1)) return absl::InvalidArgumentError("--top-p must be in (0, 1]");
+  if (auto bad = CheckSampleParams(sp.sample); !bad.ok()) return Annotate(bad, "sampling flags");
 
   std::optional<KvCache> resumed;
   if (!resume_kv.empty()) {

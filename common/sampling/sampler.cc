@@ -1,11 +1,27 @@
-#include "services/inferd/sampler.h"
+#include "common/sampling/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-namespace moe::inferd {
+#include "absl/strings/str_cat.h"
+
+namespace moe {
+
+absl::Status CheckSampleParams(const SampleParams& p) {
+  auto bad = [](const char* name, const char* range, float v) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be ", range, ", got ", v));
+  };
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) return bad("temperature", ">= 0", p.temperature);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p", "in (0, 1]", p.top_p);
+  if (p.top_k < 0) return bad("top_k", ">= 0", static_cast<float>(p.top_k));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p", "in [0, 1]", p.min_p);
+  if (!std::isfinite(p.presence_penalty)) return bad("presence_penalty", "finite", p.presence_penalty);
+  if (!std::isfinite(p.frequency_penalty)) return bad("frequency_penalty", "finite", p.frequency_penalty);
+  return absl::OkStatus();
+}
+
 
 SampleResult Sample(std::span<const float> logits, const SampleParams& p,
                     const std::unordered_map<int32_t, int32_t>& counts, int32_t top_logprobs, Rng& rng) {
@@ -96,4 +112,4 @@ SampleResult Sample(std::span<const float> logits, const SampleParams& p,
   return r;
 }
 
-}  // namespace moe::inferd
+}  // namespace moe
