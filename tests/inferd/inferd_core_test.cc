@@ -6,7 +6,6 @@
 
 #include "services/inferd/batcher.h"
 #include "services/inferd/prefix_cache.h"
-#include "common/sampling/sampler.h"
 #include "services/inferd/step_planner.h"
 #include "tests/inferd/toy_model.h"
 
@@ -14,61 +13,6 @@ namespace moe::inferd {
 namespace {
 
 using testing::ToyModel;
-
-// ---- sampler -----------------------------------------------------------------
-
-TEST(InferdSampler, GreedyAndFiltersThatLeaveOneAreArgmax) {
-  std::vector<float> l = {0.1f, 2.0f, 1.9f, -1.0f};
-  Rng rng(1);
-  std::unordered_map<int32_t, int32_t> none;
-  SampleParams g;
-  g.temperature = 0;
-  EXPECT_EQ(Sample(l, g, none, -1, rng).token, 1);
-  SampleParams k1;
-  k1.top_k = 1;
-  SampleParams p0;
-  p0.top_p = 1e-6f;
-  SampleParams m1;
-  m1.min_p = 1.0f;
-  for (int i = 0; i < 50; ++i) {
-    EXPECT_EQ(Sample(l, k1, none, -1, rng).token, 1);
-    EXPECT_EQ(Sample(l, p0, none, -1, rng).token, 1);
-    EXPECT_EQ(Sample(l, m1, none, -1, rng).token, 1);
-  }
-}
-
-TEST(InferdSampler, SeededDrawsRepeatAndFollowTheDistribution) {
-  std::vector<float> l = {0.0f, std::log(3.0f)};  // p = 0.25, 0.75
-  std::unordered_map<int32_t, int32_t> none;
-  SampleParams p;
-  Rng a(42), b(42);
-  int ones = 0;
-  for (int i = 0; i < 4000; ++i) {
-    int32_t x = Sample(l, p, none, -1, a).token;
-    EXPECT_EQ(x, Sample(l, p, none, -1, b).token);
-    ones += x;
-  }
-  EXPECT_NEAR(ones / 4000.0, 0.75, 0.03);
-}
-
-TEST(InferdSampler, PenaltiesAndLogprobs) {
-  std::vector<float> l = {1.0f, 1.5f, 0.0f};
-  Rng rng(3);
-  SampleParams g;
-  g.temperature = 0;
-  g.frequency_penalty = 1.0f;
-  std::unordered_map<int32_t, int32_t> counts{{1, 1}};
-  auto r = Sample(l, g, counts, 2, rng);
-  EXPECT_EQ(r.token, 0);  // 1.5 - 1 < 1.0
-  double lse = std::log(std::exp(1.0) + std::exp(1.5) + std::exp(0.0));
-  EXPECT_NEAR(r.logprob, 1.0 - lse, 1e-5);  // raw logits, not penalized
-  ASSERT_EQ(r.top.size(), 2u);
-  EXPECT_EQ(r.top[0].first, 1);
-  EXPECT_EQ(r.top[1].first, 0);
-  g.frequency_penalty = 0;
-  g.presence_penalty = 1.0f;
-  EXPECT_EQ(Sample(l, g, counts, -1, rng).token, 0);
-}
 
 // ---- planner -----------------------------------------------------------------
 
