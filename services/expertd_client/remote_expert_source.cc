@@ -114,4 +114,12 @@ ExpertSourceStats RemoteExpertSource::Stats() const {
   return s;
 }
 
+ContainerSourceFactory RemoteSourceFactory(const std::string& addr) {
+  return [addr](const Container& c) -> absl::StatusOr<std::unique_ptr<ExpertSource>> {
+    auto src = RemoteExpertSource::Connect(addr, &c);
+    if (!src.ok()) return Annotate(src.status(), absl::StrCat("--expertd ", addr));
+    return std::unique_ptr<ExpertSource>(std::move(*src));
+  };
+}
+
 }  // namespace moe::expertd

@@ -17,8 +17,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "common/format/container.h"
@@ -60,5 +62,11 @@ class RemoteExpertSource final : public ExpertSource {
   bool stop_ = false;
   std::thread hint_thread_;
 };
+
+// The factory behind `--expertd ADDR` (EngineConfig::expert_source's type,
+// declared here without the model layer): connects when the engine hands it
+// the opened container; errors are prefixed "--expertd ADDR: ".
+using ContainerSourceFactory = std::function<absl::StatusOr<std::unique_ptr<ExpertSource>>(const Container&)>;
+ContainerSourceFactory RemoteSourceFactory(const std::string& addr);
 
 }  // namespace moe::expertd

@@ -26,6 +26,7 @@
 #include "common/base/status.h"
 #include "common/model/engine.h"
 #include "common/text/model_text.h"
+#include "services/expertd_client/remote_expert_source.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
 
@@ -52,11 +53,13 @@ absl::Status Measure(const Engine& eng, const std::vector<int32_t>& ids, size_t 
 }
 
 absl::Status DoMtp(int argc, char** argv) {
-  std::string model = DefaultModelDir(), text_file;
+  std::string text_file;
   int64_t window = 128, max_windows = 0, max_tokens = 32;
   bool json = false;
   FlagSet flags("mtp", "MTP draft acceptance (1 draft token, greedy verification) on a text file or a generated answer.");
-  flags.AddString("model", &model, "model directory (default: the embedded demo model)");
+  EngineFlags engine;
+  engine.model = DefaultModelDir();
+  engine.Register(flags, "model directory (default: the embedded demo model)");
   PromptFlags prompt_flags;
   AddPromptFlags(flags, "ids", &prompt_flags);
   flags.AddString("text-file", &text_file, "text to measure on (special tokens parsed), in --window token windows");
@@ -69,7 +72,8 @@ absl::Status DoMtp(int argc, char** argv) {
     std::fputs(flags.Usage().c_str(), stdout);
     return absl::OkStatus();
   }
-  if (model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
+  if (engine.model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
+  const std::string& model = engine.model;
   const bool have_prompt = !prompt_flags.ids.empty() || !prompt_flags.text.empty() || !prompt_flags.chat.empty();
   if (have_prompt == !text_file.empty()) {
     return absl::InvalidArgumentError("give exactly one of --text-file and a prompt (--ids, --prompt, --chat)");
@@ -92,7 +96,7 @@ absl::Status DoMtp(int argc, char** argv) {
     ids = std::move(p.ids);
   }
   const int64_t ctx = text_file.empty() ? static_cast<int64_t>(ids.size()) + max_tokens : window;
-  MOE_ASSIGN_OR_RETURN(EngineConfig ec, PlanAndCheck(model, 0, ctx, EngineConfig{}));
+  MOE_ASSIGN_OR_RETURN(EngineConfig ec, PlanAndCheck(engine, ctx, EngineConfig{}, expertd::RemoteSourceFactory));
   MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
   if (!eng->model().has_mtp()) return absl::FailedPreconditionError(absl::StrCat(model, " has no MTP layer"));
 

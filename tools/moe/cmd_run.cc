@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -111,15 +110,15 @@ class RoutingRecorder {
 };
 
 absl::Status DoRun(int argc, char** argv, bool* help) {
-  std::string model = DefaultModelDir(), attention = "auto", kv_dtype = "f32", save_kv, resume_kv, expertd_addr,
-      record_routing;
+  std::string save_kv, resume_kv, record_routing;
   bool prefetch = true;
   int64_t max_tokens = 32, top_k = 0, seed = 0;
   double temperature = 0, top_p = 1.0, min_p = 0, presence_penalty = 0, frequency_penalty = 0;
   bool greedy = false, json = false;
-  uint64_t ram_budget = 0;
   FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint or `moe convert` container).");
-  flags.AddString("model", &model,
+  EngineFlags engine;
+  engine.model = DefaultModelDir();
+  engine.Register(flags,
                   "model directory: HF checkpoint (config.json + safetensors) or converted container (default: the "
                   "embedded demo model models/glm-tiny-chat)");
   PromptFlags prompt_flags;
@@ -133,15 +132,9 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   flags.AddDouble("presence-penalty", &presence_penalty, "subtracted from the logit of every token generated so far");
   flags.AddDouble("frequency-penalty", &frequency_penalty, "subtracted per occurrence of a token generated so far");
   flags.AddInt("seed", &seed, "sampling seed (the API's `seed`: same seed and parameters, same tokens)");
-  flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
-  flags.AddString("attention", &attention, kAttentionFlagHelp);
-  flags.AddString("kv-dtype", &kv_dtype, "KV cache storage: f32 or bf16");
   flags.AddString("save-kv", &save_kv, "write the conversation's KV cache to this file at the end");
   flags.AddString("resume-kv", &resume_kv, "continue the conversation saved in this file (prompt is appended)");
   flags.AddBool("json", &json, "print tokens and stats as JSON");
-  flags.AddString("expertd", &expertd_addr,
-                  "get routed experts from the expertd at this unix socket (shared cache; --model must be the "
-                  "container expertd serves)");
   flags.AddBool("prefetch", &prefetch, "send prefetch hints to the expert source (--no-prefetch: off)");
   flags.AddString("record-routing", &record_routing,
                   "write the routing trace (position, layer, expert ids) to this file (moe bench cache --trace)");
@@ -151,19 +144,13 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
     *help = true;
     return absl::OkStatus();
   }
-  if (model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
-  MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "prompt-ids", model, /*allow_empty=*/!resume_kv.empty()));
+  if (engine.model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
+  MOE_ASSIGN_OR_RETURN(Prompt in,
+                       ResolvePrompt(prompt_flags, "prompt-ids", engine.model, /*allow_empty=*/!resume_kv.empty()));
   // Taken once: g++ 12 warns (falsely) about reading the optional much later.
   const text::Tokenizer* tokenizer = in.text ? in.text->tokenizer.get() : nullptr;
   std::vector<int32_t> prompt = std::move(in.ids);
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
-  EngineConfig ec;
-  MOE_ASSIGN_OR_RETURN(ec.attention, ParseAttentionFlag(attention));
-  if (kv_dtype == "bf16") {
-    ec.kv_dtype = KvDtype::kBF16;
-  } else if (kv_dtype != "f32") {
-    return absl::InvalidArgumentError("--kv-dtype must be f32 or bf16");
-  }
   // The one sampler (common/sampling), as inferd uses it for the API.
   SamplingParams sp;
   sp.sample.temperature = greedy ? 0.0f : static_cast<float>(temperature);
@@ -183,28 +170,29 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
     feed.insert(feed.end(), prompt.begin(), prompt.end());
     prompt = feed;
     if (prompt.empty()) return absl::InvalidArgumentError("--resume-kv: nothing to continue from; give a prompt");
-    ec.kv_dtype = c.dtype();
+    // The cache's storage is the file's; a different --kv-dtype cannot act.
+    const char* stored = c.dtype() == KvDtype::kBF16 ? "bf16" : "f32";
+    if (flags.WasSet("kv-dtype") && engine.kv_dtype != stored)
+      return absl::InvalidArgumentError(absl::StrCat("--kv-dtype ", engine.kv_dtype, ": the --resume-kv file holds a ",
+                                                     stored, " cache"));
+    engine.kv_dtype = stored;
     resumed.emplace(std::move(c));
   }
   const int64_t ctx = (resumed ? resumed->length() : 0) + static_cast<int64_t>(prompt.size()) + max_tokens;
-  MOE_ASSIGN_OR_RETURN(ec, PlanAndCheck(model, ram_budget, ctx, ec));
-  // (The in-process store ignores hints, so --no-prefetch matters with --expertd only.)
+  // With --expertd the engine's source is RemoteExpertSource behind a HintGate
+  // (the in-process source ignores hints, so --no-prefetch matters with --expertd only).
   HintGate* gate = nullptr;
-  if (!expertd_addr.empty()) {
-    const std::string path = expertd_addr.rfind("unix:", 0) == 0 ? expertd_addr.substr(5) : expertd_addr;
-    std::error_code fec;
-    if (!std::filesystem::exists(path, fec))
-      return absl::InvalidArgumentError(absl::StrCat("--expertd ", expertd_addr, ": no such socket (is expertd running?)"));
-    ec.expert_source = [expertd_addr, prefetch,
-                        gate = &gate](const Container& c) -> absl::StatusOr<std::unique_ptr<ExpertSource>> {
-      auto r = expertd::RemoteExpertSource::Connect(expertd_addr, &c);
-      if (!r.ok()) return Annotate(r.status(), "--expertd");
-      auto g = std::make_unique<HintGate>(std::move(*r), prefetch);
-      *gate = g.get();
+  auto connect = [prefetch, &gate](const std::string& addr) -> EngineConfig::ExpertSourceFactory {
+    return [remote = expertd::RemoteSourceFactory(addr), prefetch,
+            &gate](const Container& c) -> absl::StatusOr<std::unique_ptr<ExpertSource>> {
+      MOE_ASSIGN_OR_RETURN(std::unique_ptr<ExpertSource> src, remote(c));
+      auto g = std::make_unique<HintGate>(std::move(src), prefetch);
+      gate = g.get();
       return std::unique_ptr<ExpertSource>(std::move(g));
     };
-  }
-  MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
+  };
+  MOE_ASSIGN_OR_RETURN(EngineConfig ec, PlanAndCheck(engine, ctx, EngineConfig{}, connect));
+  MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(engine.model, ec));
   RoutingRecorder recorder;
   if (!record_routing.empty()) {
     eng->mutable_model().set_route_tap(

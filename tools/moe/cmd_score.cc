@@ -7,6 +7,7 @@
 #include "common/base/flags.h"
 #include "common/base/status.h"
 #include "common/model/engine.h"
+#include "services/expertd_client/remote_expert_source.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
 
@@ -15,28 +16,25 @@ namespace moe::cli {
 namespace {
 
 absl::Status DoScore(int argc, char** argv) {
-  std::string model = DefaultModelDir(), attention = "auto";
   bool json = false;
-  uint64_t ram_budget = 0;
   FlagSet flags("score", "Teacher-forced scoring: per position the argmax and log p(next token).");
-  flags.AddString("model", &model, "model directory (default: the embedded demo model models/glm-tiny-chat)");
+  EngineFlags engine;
+  engine.model = DefaultModelDir();
+  engine.Register(flags, "model directory (default: the embedded demo model models/glm-tiny-chat)");
   PromptFlags prompt_flags;
   AddPromptFlags(flags, "ids", &prompt_flags);
-  flags.AddBytes("ram-budget", &ram_budget, "RAM for weights + expert cache + KV (0 = unlimited)");
-  flags.AddString("attention", &attention, kAttentionFlagHelp);
   flags.AddBool("json", &json, "print JSON");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
     return absl::OkStatus();
   }
-  if (model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
-  MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "ids", model, /*allow_empty=*/false));
+  if (engine.model.empty()) return absl::InvalidArgumentError("--model is required (no embedded model found)");
+  MOE_ASSIGN_OR_RETURN(Prompt in, ResolvePrompt(prompt_flags, "ids", engine.model, /*allow_empty=*/false));
   const std::vector<int32_t>& ids = in.ids;
-  EngineConfig ec;
-  MOE_ASSIGN_OR_RETURN(ec.attention, ParseAttentionFlag(attention));
-  MOE_ASSIGN_OR_RETURN(ec, PlanAndCheck(model, ram_budget, static_cast<int64_t>(ids.size()), ec));
-  MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
+  MOE_ASSIGN_OR_RETURN(EngineConfig ec, PlanAndCheck(engine, static_cast<int64_t>(ids.size()), EngineConfig{},
+                                                     expertd::RemoteSourceFactory));
+  MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(engine.model, ec));
   MOE_ASSIGN_OR_RETURN(auto rows, eng->Score(ids));
   if (json) {
     nlohmann::json j = nlohmann::json::array();

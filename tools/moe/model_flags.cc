@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
-#include "common/model/memory_fit.h"
 #include "common/text/chat.h"
 
 namespace moe::cli {
@@ -61,14 +60,6 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
   return out;
 }
 
-absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value) {
-  for (AttentionPath p : {AttentionPath::kAuto, AttentionPath::kExplicit, AttentionPath::kAbsorbed}) {
-    if (value == AttentionPathName(p)) return p;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--attention must be auto, explicit or absorbed, got '", value, "'"));
-}
-
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text) {
   std::vector<int32_t> ids;
   std::stringstream ss(text);
@@ -85,17 +76,11 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const 
   return ids;
 }
 
-absl::StatusOr<EngineConfig> PlanAndCheck(const std::string& model_dir, uint64_t ram_budget, int64_t kv_tokens,
-                                          EngineConfig base) {
-  auto fit = FitMemoryPlan(model_dir, ram_budget, kv_tokens, std::move(base));
-  if (!fit.ok()) {
-    // Keep the flag's name in the CLI's message.
-    if (ram_budget > 0 && absl::IsResourceExhausted(fit.status()))
-      return absl::ResourceExhaustedError(absl::StrCat("--ram-budget: ", fit.status().message()));
-    return fit.status();
-  }
-  std::fprintf(stderr, "%s\n", fit->report.c_str());
-  return std::move(fit->config);
+absl::StatusOr<EngineConfig> PlanAndCheck(const EngineFlags& flags, int64_t kv_tokens, EngineConfig base,
+                                          const ExpertdConnector& connect) {
+  MOE_ASSIGN_OR_RETURN(FittedPlan fit, flags.Resolve(kv_tokens, std::move(base), connect));
+  std::fprintf(stderr, "%s\n", fit.report.c_str());
+  return std::move(fit.config);
 }
 
 int64_t PeakRssBytes() {

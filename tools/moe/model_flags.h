@@ -1,5 +1,6 @@
-// Shared pieces of `moe run` and `moe score`: the prompt (ids, text or chat),
-// id-list parsing, the memory plan check, process stats.
+// Shared pieces of `moe run`, `moe score` and `moe mtp`: the prompt (ids, text
+// or chat), id-list parsing, the memory plan check over the engine flags
+// (common/model/engine_flags.h), process stats.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/base/flags.h"
 #include "common/model/engine.h"
+#include "common/model/engine_flags.h"
 #include "common/text/model_text.h"
 
 namespace moe::cli {
@@ -36,21 +38,14 @@ struct Prompt {
 absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag, const std::string& model_dir,
                                      bool allow_empty);
 
-// --attention: "auto", "explicit" (HF-exact) or "absorbed" (AttentionPath, model.h).
-inline constexpr char kAttentionFlagHelp[] =
-    "auto (absorbed if kv_b is integer-quantized, else explicit), explicit (HF-exact) or absorbed "
-    "(faster at GLM-5's shapes)";
-absl::StatusOr<AttentionPath> ParseAttentionFlag(const std::string& value);
-
 // "1,2,3" -> {1,2,3}; errors name the flag and the bad item.
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text);
 
-// Builds the engine config from a RAM budget (0 = unlimited): the expert
-// cache gets what is left after resident weights and `kv_tokens` of KV.
-// Prints the plan to stderr; refuses (ResourceExhausted) a plan that does
-// not fit the budget or the machine's available memory.
-absl::StatusOr<EngineConfig> PlanAndCheck(const std::string& model_dir, uint64_t ram_budget, int64_t kv_tokens,
-                                          EngineConfig base);
+// The engine config the engine flags ask for, with the memory plan for
+// `kv_tokens` of KV checked (EngineFlags::Resolve: refuses what cannot fit,
+// the same message as inferd's); prints the plan to stderr.
+absl::StatusOr<EngineConfig> PlanAndCheck(const EngineFlags& flags, int64_t kv_tokens, EngineConfig base,
+                                          const ExpertdConnector& connect);
 
 int64_t PeakRssBytes();
 
