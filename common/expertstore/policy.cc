@@ -1,14 +1,12 @@
 #include "common/expertstore/policy.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/atomic_file.h"
 #include "common/base/status.h"
 
 namespace moe::expertstore {
@@ -233,15 +231,7 @@ std::string HeatPolicy::Snapshot(const std::string& model_id) const {
 }
 
 absl::Status HeatPolicy::Save(const std::string& path, const std::string& model_id) const {
-  const std::string bytes = Snapshot(model_id);
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("heat file ", tmp, ": cannot create"));
-  bool ok = ::write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0)
-    return absl::InternalError(absl::StrCat("heat file ", path, ": write failed"));
-  return absl::OkStatus();
+  return Annotate(WriteFileAtomically(path, Snapshot(model_id)), "heat file");
 }
 
 absl::Status HeatPolicy::Load(const std::string& path, const std::string& model_id) {

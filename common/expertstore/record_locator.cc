@@ -1,13 +1,11 @@
 #include "common/expertstore/record_locator.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/atomic_file.h"
 #include "common/base/status.h"
 
 namespace moe::expertstore {
@@ -88,15 +86,7 @@ absl::Status ManifestLocator::Write(const std::string& path, const std::string& 
     for (uint32_t p = 0; p < r.num_parts; ++p) os << " " << r.part_offsets[p];
     os << "\n";
   }
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("manifest ", tmp, ": cannot create"));
-  std::string s = os.str();
-  bool ok = ::write(fd, s.data(), s.size()) == ssize_t(s.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0)
-    return absl::InternalError(absl::StrCat("manifest ", path, ": write failed"));
-  return absl::OkStatus();
+  return Annotate(WriteFileAtomically(path, os.str()), "manifest");
 }
 
 absl::StatusOr<RecordLocation> ManifestLocator::Locate(int layer, int expert) const {

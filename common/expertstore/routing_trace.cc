@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/atomic_file.h"
+#include "common/base/status.h"
 
 namespace moe::expertstore {
 
@@ -26,8 +28,7 @@ void AppendRow(RoutingTrace& t, int64_t position, uint32_t layer, std::span<cons
 }
 
 absl::Status SaveTrace(const RoutingTrace& t, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) return absl::InternalError(absl::StrCat("trace ", path, ": cannot create"));
+  std::ostringstream out;
   const bool ahead = !t.ahead.empty();
   out << "moestream-routing-trace " << (ahead ? 2 : 1) << " " << t.num_layers << " " << t.num_experts << " "
       << t.top_k << "\n";
@@ -44,8 +45,7 @@ absl::Status SaveTrace(const RoutingTrace& t, const std::string& path) {
     for (size_t k = 0; k < K; ++k) out << " " << t.keys[r * K + k] % t.num_experts;
     out << "\n";
   }
-  out.close();
-  return out ? absl::OkStatus() : absl::InternalError(absl::StrCat("trace ", path, ": write failed"));
+  return Annotate(WriteFileAtomically(path, out.str()), "trace");
 }
 
 absl::StatusOr<RoutingTrace> LoadTrace(const std::string& path) {

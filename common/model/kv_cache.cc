@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/base/atomic_file.h"
 #include "common/base/status.h"
 #include "common/model/bf16.h"
 
@@ -152,15 +153,7 @@ absl::Status KvCache::Save(const std::string& path) const {
   }
   const uint32_t crc = Crc32(reinterpret_cast<const uint8_t*>(buf.data()), buf.size());
   buf.append(reinterpret_cast<const char*>(&crc), 4);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::UnavailableError(absl::StrCat(path, ": cannot write"));
-    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (!out) return absl::UnavailableError(absl::StrCat(path, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::UnavailableError(absl::StrCat(path, ": rename failed"));
-  return absl::OkStatus();
+  return Annotate(WriteFileAtomically(path, buf), "KV cache");
 }
 
 absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {

@@ -1,8 +1,9 @@
 #include "tools/moe/cmd_heat_png.h"
 
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/atomic_file.h"
+#include "common/base/status.h"
 
 namespace moe::cli {
 namespace {
@@ -78,14 +79,8 @@ std::vector<uint8_t> EncodePng(uint32_t width, uint32_t height, const std::vecto
 absl::Status WritePng(const std::string& path, uint32_t width, uint32_t height, const std::vector<uint8_t>& rgb) {
   if (rgb.size() != size_t(width) * height * 3) return absl::InvalidArgumentError("png: pixel buffer size mismatch");
   auto bytes = EncodePng(width, height, rgb);
-  std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return absl::InternalError(absl::StrCat("png ", path, ": cannot create"));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
-    return absl::InternalError(absl::StrCat("png ", path, ": write failed"));
-  return absl::OkStatus();
+  return Annotate(
+      WriteFileAtomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())), "png");
 }
 
 }  // namespace moe::cli
