@@ -16,6 +16,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/atomic_file.h"
 #include "common/base/aligned_buffer.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
@@ -36,27 +37,12 @@ using nlohmann::json;
 constexpr int kPlanVersion = 1;
 constexpr uint64_t kSlabBytes = 8ull << 20;  // float32 rows decoded at once (stays in L2/L3)
 
-absl::Status Errno(std::string_view what, const std::string& path) {
-  const int e = errno;
-  const std::string msg = absl::StrCat(AV(what), " ", path, ": ", std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg + " (out of disk space)");
-  if (e == ENOENT) return absl::NotFoundError(msg);
-  return absl::UnavailableError(msg);
-}
+absl::Status Errno(std::string_view what, const std::string& path) { return ErrnoStatus(what, path); }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Errno("fsync", dir);
-  return absl::OkStatus();
 }
 
 absl::Status PWriteAll(int fd, const void* p, uint64_t n, uint64_t off, const std::string& path) {
@@ -74,19 +60,10 @@ absl::Status PWriteAll(int fd, const void* p, uint64_t n, uint64_t off, const st
   return absl::OkStatus();
 }
 
-// Writes `content` to dir/name via temp file + fsync + rename + dir fsync.
+// Publishes `content` as dir/name (common/base/atomic_file.h).
 absl::Status WriteFileAtomic(const std::string& dir, const std::string& name,
                              const std::string& content) {
-  const std::string path = dir + "/" + name;
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("create", tmp);
-  absl::Status s = PWriteAll(fd, content.data(), content.size(), 0, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
-  ::close(fd);
-  MOE_RETURN_IF_ERROR(s);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename", tmp);
-  return FsyncDir(dir);
+  return WriteFileAtomically(dir + "/" + name, content);
 }
 
 // ---- the plan ------------------------------------------------------------
@@ -498,16 +475,17 @@ absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputS
   const PlanShard& ps = plan.shards[k];
   MOE_ASSIGN_OR_RETURN(ShardLayout layout, LayoutFor(plan, k));
   MOE_ASSIGN_OR_RETURN(std::string header, RenderHeader(&layout));
-  const std::string path = o.out_dir + "/" + ps.file;
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("create", tmp);
+  // Written as PATH.tmp and published whole (atomic_file.h): a crash leaves
+  // the .tmp, which a resumed run rewrites.
+  MOE_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::Create(o.out_dir + "/" + ps.file));
+  const int fd = file.fd();
+  const std::string& tmp = file.temp_path();
   struct Closer {
     int fd;
     ~Closer() {
       if (fd >= 0) ::close(fd);
     }
-  } closer{fd};
+  };
   const uint64_t total = layout.file_bytes();
   if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
     errno = rc;
@@ -567,9 +545,7 @@ absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputS
   MOE_ASSIGN_OR_RETURN(std::string final_header, RenderHeader(&layout));
   if (final_header.size() != header.size()) return absl::InternalError("header length changed");
   MOE_RETURN_IF_ERROR(PWriteAll(fd, final_header.data(), final_header.size(), 0, tmp));
-  if (::fsync(fd) != 0) return Errno("fsync", tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename", tmp);
-  return FsyncDir(o.out_dir);
+  return file.Commit();
 }
 
 // True if out_dir/<file> is a finished shard of this plan (and, with
