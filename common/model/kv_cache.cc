@@ -6,19 +6,22 @@
 
 #include "common/base/atomic_file.h"
 #include "common/base/status.h"
+#include "common/format/crc32c.h"
 #include "common/model/bf16.h"
 
 namespace moe {
 namespace {
 
 constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'V', 'C', 'C', '1'};
-constexpr uint32_t kVersion = 1;
+// Version 2: the checksum is CRC32C (common/format/crc32c.h), masked.
+// Version 1 files (a private CRC-32, same layout) are refused by version.
+constexpr uint32_t kVersion = 2;
 
 // File layout (little-endian):
 //   FileHeader
 //   int32 tokens[num_tokens]
 //   per layer: LayerHeader, then latent, rope, index-key rows (n x width x elem)
-//   uint32 crc32 of every preceding byte
+//   uint32 masked crc32c of every preceding byte
 struct FileHeader {
   char magic[8];
   uint32_t version;
@@ -38,25 +41,7 @@ struct LayerHeader {
 };
 static_assert(sizeof(LayerHeader) == 16, "LayerHeader layout");
 
-uint32_t kCrcTable[256];
-bool InitCrc() {
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    kCrcTable[i] = c;
-  }
-  return true;
-}
-const bool kCrcInit = InitCrc();
-
 }  // namespace
-
-uint32_t Crc32(const uint8_t* data, size_t n, uint32_t crc) {
-  (void)kCrcInit;
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = kCrcTable[(crc ^ data[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
 
 KvCache::KvCache(int64_t latent_dim, int64_t rope_dim, int64_t index_dim, std::vector<bool> index_key, KvDtype dtype)
     : latent_(latent_dim), rope_(rope_dim), index_(index_dim), dtype_(dtype) {
@@ -151,7 +136,7 @@ absl::Status KvCache::Save(const std::string& path) const {
     buf.append(reinterpret_cast<const char*>(&lh), sizeof(lh));
     for (int s = 0; s < 3; ++s) buf.append(reinterpret_cast<const char*>(L.data[s].data()), L.data[s].size());
   }
-  const uint32_t crc = Crc32(reinterpret_cast<const uint8_t*>(buf.data()), buf.size());
+  const uint32_t crc = crc32c::Mask(crc32c::Value(buf.data(), buf.size()));
   buf.append(reinterpret_cast<const char*>(&crc), 4);
   return Annotate(WriteFileAtomically(path, buf), "KV cache");
 }
@@ -167,10 +152,15 @@ absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
   FileHeader h;
   std::memcpy(&h, buf.data(), sizeof(h));
   if (std::memcmp(h.magic, kMagic, 8) != 0) return bad("not a moestream KV cache file (bad magic)");
-  if (h.version != kVersion) return bad(absl::StrCat("unsupported version ", h.version));
+  if (h.version != kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": KV cache file version ", h.version, h.version < kVersion ? " (written by an older moestream)" : "",
+        "; this build reads version ", kVersion, " only (checksum CRC32C; version 1 used CRC-32): run the "
+        "conversation again to save a new file"));
+  }
   uint32_t crc;
   std::memcpy(&crc, buf.data() + buf.size() - 4, 4);
-  if (Crc32(reinterpret_cast<const uint8_t*>(buf.data()), buf.size() - 4) != crc) return bad("checksum mismatch");
+  if (crc32c::Mask(crc32c::Value(buf.data(), buf.size() - 4)) != crc) return bad("checksum mismatch (crc32c)");
   if (h.dtype > 1 || h.num_tokens < 0 || h.latent_dim <= 0 || h.rope_dim <= 0 || h.index_dim < 0) {
     return bad("corrupt header");
   }

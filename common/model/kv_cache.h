@@ -8,9 +8,11 @@
 // BF16 numerics every cached value is already a bf16 number, so the bf16 form
 // is lossless there; under f32 numerics it rounds (effect measured in tests).
 //
-// Persistence: Save() writes a versioned, CRC-checked file holding the
-// conversation's token ids and every layer's rows; Load() restores it so a
-// new process continues exactly where the old one stopped.
+// Persistence: Save() publishes (atomically: common/base/atomic_file.h) a
+// versioned file checked by CRC32C holding the conversation's token ids and
+// every layer's rows; Load() restores it so a new process continues exactly
+// where the old one stopped. A file of another version is refused by version
+// (FailedPrecondition), a damaged one by its checksum (DataLoss).
 // Thread safety: a KvCache belongs to one sequence; not thread-safe.
 #pragma once
 
@@ -81,7 +83,5 @@ class KvCache {
   std::vector<int32_t> tokens_;
   int32_t pending_ = -1;
 };
-
-uint32_t Crc32(const uint8_t* data, size_t n, uint32_t crc = 0);
 
 }  // namespace moe

@@ -1,6 +1,5 @@
 #include "tools/moe/cmd_heat_png.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "common/base/atomic_file.h"
 #include "common/base/status.h"
@@ -8,6 +7,8 @@
 namespace moe::cli {
 namespace {
 
+// PNG chunks carry the CRC-32 of ISO 3309 (zlib polynomial), which the PNG
+// format fixes; the project's own files use CRC32C (common/format/crc32c.h).
 uint32_t Crc32(const uint8_t* p, size_t n, uint32_t c = 0) {
   static uint32_t table[256];
   static bool init = [] {
