@@ -243,30 +243,6 @@ absl::StatusOr<std::optional<std::string>> ContentOf(const ojson& m, size_t inde
 
 }  // namespace
 
-bool PyIsSpace(int32_t c) {
-  return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-std::string PyStrip(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b) {
-    int32_t cp;
-    const int n = DecodeUtf8(s, a, &cp);
-    if (!PyIsSpace(cp)) break;
-    a += n;
-  }
-  while (b > a) {
-    size_t st = b - 1;
-    while (st > a && (static_cast<unsigned char>(s[st]) & 0xC0) == 0x80) --st;
-    int32_t cp;
-    DecodeUtf8(s, st, &cp);
-    if (!PyIsSpace(cp)) break;
-    b = st;
-  }
-  return std::string(s.substr(a, b - a));
-}
-
 const char* ChatFormatName(ChatFormat f) { return f == ChatFormat::kGlm ? "glm" : "deepseek_v3"; }
 
 absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name) {

@@ -66,8 +66,4 @@ absl::StatusOr<std::string> RenderChat(ChatFormat format, const ChatRequest& req
 // EncodeOptions::plain_spans = client_spans so client text never becomes control tokens.
 absl::StatusOr<ChatPrompt> RenderChatPrompt(ChatFormat format, const ChatRequest& request);
 
-// Python's str.strip()/isspace() whitespace (templates call .strip()).
-bool PyIsSpace(int32_t cp);
-std::string PyStrip(std::string_view s);
-
 }  // namespace moe::text

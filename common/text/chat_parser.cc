@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/json.h"
+#include "common/text/utf8.h"
 
 namespace moe::text {
 namespace {

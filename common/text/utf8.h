@@ -37,4 +37,8 @@ const std::array<std::string, 256>& ByteToUnicode();
 // Inverse: code point -> byte, or -1 if the code point is not in the alphabet.
 int UnicodeToByte(int32_t cp);
 
+// Python's str.isspace() for one code point, and str.strip() with no argument.
+bool PyIsSpace(int32_t cp);
+std::string PyStrip(std::string_view s);
+
 }  // namespace moe::text

@@ -1,5 +1,6 @@
 // GLM output parsing: the inverse of the assistant turn, whole and streamed.
 #include "common/text/chat_parser.h"
+#include "common/text/utf8.h"
 
 #include "common/text/chat.h"
 #include "gtest/gtest.h"

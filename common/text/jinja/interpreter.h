@@ -1,0 +1,84 @@
+// Executes a parsed template: Jinja2's scoping (a for-loop body is a fresh scope every
+// iteration; `if` is no scope; a macro sees the scope it was defined in, live; `set` binds in
+// the innermost scope; namespaces are shared by reference), its Undefined, the sandbox's
+// attribute rules (`obj.name` is a Python attribute first -- so `d.items` is the method --
+// then a key; `obj[key]` is the other way round) and Python's operators.
+// Bounds: macro recursion depth, output size and evaluation steps are limited, so no template
+// (the model's or a fine-tune's) can exhaust the stack, the memory or the CPU of a server.
+// Errors: TemplateError with the template line of the innermost statement or expression.
+// Thread safety: one Interpreter per render.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/text/jinja/ast.h"
+#include "common/text/jinja/value.h"
+
+namespace moe::text::jinja {
+
+struct RenderLimits {
+  size_t max_output_bytes = 64u << 20;
+  int max_call_depth = 256;
+  uint64_t max_steps = 50'000'000;
+};
+
+class Interpreter {
+ public:
+  // `strftime` formats the render's current time (strftime_now).
+  Interpreter(const TemplateAst& ast, RenderLimits limits, std::function<std::string(const std::string&)> strftime);
+
+  // Renders with the given top-level variables.
+  TString Render(const Dict& vars);
+
+  // For builtins.
+  Value Call(const Value& fn, CallArgs& args);
+  Value GetAttr(const Value& obj, std::string_view name);
+  Value GetItem(const Value& obj, const Value& key);
+  Value ApplyFilter(std::string_view name, const Value& input, CallArgs& args);
+  bool ApplyTest(std::string_view name, const Value& input, CallArgs& args);
+  std::string Strftime(const std::string& fmt) const { return strftime_(fmt); }
+
+  struct Scope {
+    absl::flat_hash_map<std::string, Value> vars;
+    std::shared_ptr<Scope> parent;
+  };
+  using ScopePtr = std::shared_ptr<Scope>;
+
+  // Runs a macro: binds `args` in a scope under `defined_in` and returns its output.
+  Value RunMacro(const Stmt& macro, const ScopePtr& defined_in, CallArgs& args);
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  Flow Exec(const Body& body, const ScopePtr& scope, TString* out);
+  Flow ExecStmt(const Stmt& s, const ScopePtr& scope, TString* out);
+  void ExecFor(const Stmt& s, const ScopePtr& scope, TString* out);
+  Value Eval(const Expr& e, const ScopePtr& scope);
+  Value EvalFilter(const Expr& e, const ScopePtr& scope, const Value* input);
+  void EvalArgs(const Expr& e, const ScopePtr& scope, CallArgs* args);
+  Value Lookup(const std::string& name, const ScopePtr& scope);
+  void Assign(const Target& t, const Value& v, const ScopePtr& scope);
+  Value Binary(const std::string& op, const Value& a, const Value& b);
+  Value Slice(const Value& obj, const Expr& slice, const ScopePtr& scope);
+  void Step(int line) {
+    line_ = line;
+    if (++steps_ > limits_.max_steps) Throw("TemplateRuntimeError", "the template ran too long (step budget exhausted)");
+  }
+  void CheckOutput(const TString& out) const {
+    if (out.size() > limits_.max_output_bytes) Throw("TemplateRuntimeError", "the template's output is too large");
+  }
+
+  const TemplateAst& ast_;
+  RenderLimits limits_;
+  std::function<std::string(const std::string&)> strftime_;
+  ScopePtr root_;
+  int line_ = 0;
+  uint64_t steps_ = 0;
+  int call_depth_ = 0;
+};
+
+}  // namespace moe::text::jinja
