@@ -225,17 +225,8 @@ void Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope, TString* out) {
     Exec(s.else_body, scope, out);
     return;
   }
-  int depth = 1;
-  for (ScopePtr p = scope; p; p = p->parent) {
-    auto it = p->vars.find("loop");
-    if (it != p->vars.end() && it->second.kind() == Kind::kLoop) {
-      depth = it->second.loop().depth + 1;
-      break;
-    }
-  }
   auto state = std::make_shared<LoopState>();
   state->items = std::move(items);
-  state->depth = depth;
   const Value loop = Value::MakeLoop(state);
   for (size_t i = 0; i < state->items.size(); ++i) {
     state->index = i;

@@ -328,7 +328,7 @@ class Lexer {
       if (is_float) i = j;
     }
     std::string text = src_.substr(pos, i - pos);
-    if (!is_float && text.size() > 1 && text[0] == '0' && (src_.size() > pos + 1)) {
+    if (!is_float && src_[pos] == '0' && src_.size() > pos + 1) {
       const char x = static_cast<char>(src_[pos + 1] | 0x20);
       if (x == 'x' || x == 'o' || x == 'b') {
         size_t k = pos + 2;

@@ -168,7 +168,7 @@ class NativeCallable final : public Callable {
 struct LoopState : Object {
   std::vector<Value> items;
   size_t index = 0;  // 0-based
-  int depth = 1;
+  int depth = 1;  // always 1: recursive loops (the only deeper ones) are not supported
   Value last_changed;
   bool has_changed = false;
 };
