@@ -107,15 +107,16 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Build(std::vec
   t->pinned_ = std::move(pinned);
   t->tokens_ = std::move(tokens);
   // A list without a default is usable only with a name (transformers raises at apply time).
-  if (t->templates_.size() > 1 || !t->pinned_.empty()) {
-    MOE_RETURN_IF_ERROR(t->Select(false).status());
-  }
+  MOE_RETURN_IF_ERROR(t->Select(false).status());
   for (Named& n : t->templates_) {
     auto probe = [&](bool string_args) {
       ChatInputs in;
       in.messages = ProbeMessages(string_args);
       in.add_generation_prompt = true;
-      auto r = t->RenderWith(n.tmpl, in, {});
+      jinja::RenderOptions opt;  // a tiny conversation: a template that runs away is cut short
+      opt.limits.max_output_bytes = 1 << 20;
+      opt.limits.max_steps = 200'000;
+      auto r = t->RenderWith(n.tmpl, in, opt);
       return r.ok() && r->text.find("probe_value") != std::string::npos;
     };
     n.string_arguments = !probe(false) && probe(true);
@@ -127,7 +128,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromSource(std
                                                                             SpecialTokens tokens) {
   MOE_ASSIGN_OR_RETURN(jinja::Template t, jinja::Template::Parse(source, std::move(origin)));
   std::vector<Named> v;
-  v.push_back(Named{"default", std::move(t), false});
+  v.push_back(Named{"", std::move(t), false});
   return Build(std::move(v), "", std::move(tokens));
 }
 
@@ -135,20 +136,25 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(const std
                                                                       const std::string& override_file,
                                                                       const std::string& name) {
   MOE_ASSIGN_OR_RETURN(SpecialTokens tokens, ReadSpecialTokens(dir));
+  const std::string jinja_path = dir + "/chat_template.jinja";
+  if (!name.empty() && (!override_file.empty() || std::filesystem::exists(jinja_path))) {
+    return absl::InvalidArgumentError(absl::StrCat("chat template name '", name, "': names pick one of tokenizer_config.json's "
+                                                   "list of templates, but the template comes from ",
+                                                   override_file.empty() ? jinja_path : override_file));
+  }
   if (!override_file.empty()) {
     auto src = ReadFile(override_file);
     if (!src.ok()) return absl::NotFoundError(absl::StrCat("chat template: cannot read ", override_file));
     MOE_ASSIGN_OR_RETURN(jinja::Template t, jinja::Template::Parse(*src, override_file));
     std::vector<Named> v;
-    v.push_back(Named{"default", std::move(t), false});
+    v.push_back(Named{"", std::move(t), false});
     return Build(std::move(v), "", std::move(tokens));
   }
-  const std::string jinja_path = dir + "/chat_template.jinja";
   if (std::filesystem::exists(jinja_path)) {
     MOE_ASSIGN_OR_RETURN(std::string src, ReadFile(jinja_path));
     MOE_ASSIGN_OR_RETURN(jinja::Template t, jinja::Template::Parse(src, jinja_path));
     std::vector<Named> v;
-    v.push_back(Named{"default", std::move(t), false});
+    v.push_back(Named{"", std::move(t), false});
     return Build(std::move(v), "", std::move(tokens));
   }
   const std::string cfg_path = dir + "/tokenizer_config.json";
@@ -167,7 +173,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(const std
   std::vector<Named> v;
   if (ct.is_string()) {
     MOE_ASSIGN_OR_RETURN(jinja::Template t, jinja::Template::Parse(ct.get<std::string>(), cfg_path));
-    v.push_back(Named{"default", std::move(t), false});
+    v.push_back(Named{"", std::move(t), false});
   } else if (ct.is_array()) {
     for (size_t i = 0; i < ct.size(); ++i) {
       const ojson& e = ct[i];
@@ -186,7 +192,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(const std
   } else {
     return absl::InvalidArgumentError(absl::StrCat(cfg_path, ": 'chat_template' must be a string or a list of named templates"));
   }
-  if (!name.empty() && v.size() == 1 && v[0].name == "default" && ct.is_string()) {
+  if (!name.empty() && ct.is_string()) {
     return absl::InvalidArgumentError(absl::StrCat(cfg_path, ": has a single chat template; there is no template named '",
                                                    name, "'"));
   }
@@ -194,7 +200,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(const std
 }
 
 absl::StatusOr<const ChatTemplate::Named*> ChatTemplate::Select(bool has_tools) const {
-  if (templates_.size() == 1 && pinned_.empty()) return &templates_[0];
+  if (templates_.size() == 1 && templates_[0].name.empty()) return &templates_[0];  // not the list form
   auto find = [&](std::string_view n) -> const Named* {
     for (const Named& t : templates_) {
       if (t.name == n) return &t;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/json.h"
+#include "common/base/status.h"
 
 namespace moe::gateway {
 
@@ -33,8 +34,14 @@ std::string ByteCodec::RenderChat(const ChatRequest& request) {
   return s;
 }
 
-absl::StatusOr<std::vector<int32_t>> ByteCodec::EncodeChat(const ChatRequest& request) const {
-  return Encode(RenderChat(request));
+absl::StatusOr<ChatPromptIds> ByteCodec::EncodeChat(const ChatRequest& request) const {
+  if (!request.chat_template_kwargs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("chat_template_kwargs.", request.chat_template_kwargs.begin().key(),
+                                                   ": the byte-level test codec's template takes no variables"));
+  }
+  ChatPromptIds p;
+  MOE_ASSIGN_OR_RETURN(p.ids, Encode(RenderChat(request)));
+  return p;
 }
 
 std::string ByteCodec::TokenBytes(int32_t id) const {
@@ -138,7 +145,7 @@ class TaggedParser final : public OutputParser {
 
 }  // namespace
 
-std::unique_ptr<OutputParser> ByteCodec::NewChatParser(const ChatRequest& request) const {
+std::unique_ptr<OutputParser> ByteCodec::NewChatParser(const ChatRequest& request, bool /*opens_reasoning*/) const {
   return std::make_unique<TaggedParser>(!request.tools.is_null() && request.tool_choice != "none");
 }
 

@@ -23,10 +23,11 @@ class ByteCodec final : public TextCodec {
   static constexpr int32_t kEos = 256;
   int32_t vocab_size() const override { return 257; }
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(const ChatRequest& request) const override;
+  // chat_template_kwargs: refused (this template has no variables).
+  absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const override;
   std::string TokenBytes(int32_t id) const override;
   std::vector<int32_t> StopTokenIds() const override { return {kEos}; }
-  std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request) const override;
+  std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request, bool opens_reasoning) const override;
 
   static std::string RenderChat(const ChatRequest& request);
 };

@@ -56,6 +56,7 @@ int Main(int argc, char** argv) {
   std::string model_name = "moestream";
   int64_t max_model_len = 0;
   std::string tokenizer = "byte";
+  std::string chat_template, chat_template_name;
   std::vector<std::string> api_keys;
   std::string api_keys_file;
   int64_t max_running = 64, max_queued = 64, per_key_limit = 0, retry_after = 1;
@@ -77,6 +78,11 @@ int Main(int argc, char** argv) {
   flags.AddInt("max-model-len", &max_model_len, "context length (0: the smallest the workers report)");
   flags.AddString("tokenizer", &tokenizer,
                   "model directory with tokenizer.json + chat template, or 'byte' (byte-level, test models)");
+  flags.AddString("chat-template", &chat_template,
+                  "Jinja chat template file to use instead of the model's own (chat_template.jinja or "
+                  "tokenizer_config.json's)");
+  flags.AddString("chat-template-name", &chat_template_name,
+                  "which of tokenizer_config.json's named chat templates (default: transformers' choice)");
   flags.AddStringList("api-key", &api_keys, "accepted API key (repeatable); none + no file = open server");
   flags.AddString("api-keys-file", &api_keys_file, "file with one API key per line");
   flags.AddInt("max-running", &max_running, "requests generating at once");
@@ -118,10 +124,13 @@ int Main(int argc, char** argv) {
                                            "--probe-ms >= 10, 2 <= --max-json-depth <= 1000"));
   }
   std::unique_ptr<TextCodec> codec;
+  if (tokenizer == "byte" && (!chat_template.empty() || !chat_template_name.empty())) {
+    return fail(absl::InvalidArgumentError("--chat-template/--chat-template-name need --tokenizer DIR (a model's)"));
+  }
   if (tokenizer == "byte") {
     codec = std::make_unique<ByteCodec>();
   } else {
-    auto c = ModelTextCodec::Load(tokenizer);
+    auto c = ModelTextCodec::Load(tokenizer, chat_template, chat_template_name);
     if (!c.ok()) return fail(Annotate(c.status(), "--tokenizer"));
     codec = std::move(*c);
   }

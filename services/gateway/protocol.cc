@@ -397,20 +397,13 @@ Err ParseBody(std::string_view body, int max_depth, Json* out) {
   return std::nullopt;
 }
 
-// chat_template_kwargs: only the keys our templates understand; anything else
-// is refused rather than silently ignored.
-Err ParseTemplateKwargs(const json& o, ChatRequest* r) {
+// chat_template_kwargs: template variables for the model's chat template (vLLM/SGLang
+// convention). Any JSON value; the text codec refuses keys the template never reads, so
+// none is accepted and ignored (TextCodec::EncodeChat).
+Err ParseTemplateKwargs(const json& o, bool* present) {
   auto it = o.find("chat_template_kwargs");
-  if (it == o.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object()) return TypeError("chat_template_kwargs", "an object");
-  for (const auto& [key, value] : it->items()) {
-    const std::string p = "chat_template_kwargs." + key;
-    if (key != "enable_thinking" && key != "clear_thinking") {
-      return BadRequest("'" + p + "' is not supported (supported: enable_thinking, clear_thinking)", p);
-    }
-    if (!value.is_boolean()) return TypeError(p, "a boolean");
-    (key == "enable_thinking" ? r->enable_thinking : r->clear_thinking) = value.get<bool>();
-  }
+  *present = it != o.end() && !it->is_null();
+  if (*present && !it->is_object()) return TypeError("chat_template_kwargs", "an object");
   return std::nullopt;
 }
 
@@ -422,12 +415,15 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLi
   if (auto e = ParseMessages(o, limits.max_json_depth, &out->messages)) return e;
   if (auto e = ParseCommon(o, limits, /*chat=*/true, &out->common)) return e;
   if (auto e = ParseTools(o, out)) return e;
-  if (auto e = ParseTemplateKwargs(o, out)) return e;
-  if (!out->tools.is_null()) {
-    // Validated above on the (key-sorted) json; keep the client's key order.
+  bool kwargs = false;
+  if (auto e = ParseTemplateKwargs(o, &kwargs)) return e;
+  if (!out->tools.is_null() || kwargs) {
+    // Validated above on the (key-sorted) json; keep the client's key order (the chat
+    // template renders them; a model was trained on definitions in the order people write them).
     nlohmann::ordered_json ordered;
     if (auto e = ParseBody(body, limits.max_json_depth, &ordered)) return e;
-    out->tools = ordered["tools"];
+    if (!out->tools.is_null()) out->tools = ordered["tools"];
+    if (kwargs) out->chat_template_kwargs = ordered["chat_template_kwargs"];
   }
   return std::nullopt;
 }

@@ -70,10 +70,10 @@ struct ChatRequest {
   nlohmann::ordered_json tools;
   std::string tool_choice;     // "none", "auto", "required", or a function name
   bool tool_choice_named = false;
-  // chat_template_kwargs (vLLM/SGLang convention): GLM thinking on/off and
-  // whether reasoning of turns before the last user turn is dropped.
-  bool enable_thinking = true;
-  bool clear_thinking = true;
+  // chat_template_kwargs (vLLM/SGLang convention): variables for the model's chat template
+  // (enable_thinking, clear_thinking, reasoning_effort, ...), in the client's key order; the
+  // text codec refuses names the template does not read.
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
 };
 
 struct CompletionRequest {

@@ -105,7 +105,8 @@ std::variant<std::unique_ptr<PreparedRequest>, ApiError> OpenAIServing::PrepareC
   req->common = req->chat_request.common;
   auto ids = codec_->EncodeChat(req->chat_request);
   if (!ids.ok()) return FromStatus(ids.status());
-  req->prompt = std::move(*ids);
+  req->prompt = std::move(ids->ids);
+  req->opens_reasoning = ids->opens_reasoning;
   if (auto e = Admit(req.get(), key)) return *e;
   return req;
 }
@@ -194,7 +195,7 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
   };
   for (int i = 0; i < n; ++i) {
     choices[i].stop = std::make_unique<StopMatcher>(req.common.stop);
-    choices[i].parser = req.chat ? codec_->NewChatParser(req.chat_request) : std::make_unique<PlainOutputParser>();
+    choices[i].parser = req.chat ? codec_->NewChatParser(req.chat_request, req.opens_reasoning) : std::make_unique<PlainOutputParser>();
     GenerateParams p;
     p.request_id = absl::StrCat(req.meta.id, "-", i);
     p.prompt = req.prompt;

@@ -68,6 +68,7 @@ struct PreparedRequest {
   CompletionRequest completion_request;
   CommonRequest common;
   std::vector<int32_t> prompt;
+  bool opens_reasoning = false;  // chat: the prompt ends inside a reasoning block
   int32_t max_tokens = 0;
   ResponseMeta meta;
   std::unique_ptr<AdmissionController::Ticket> ticket;

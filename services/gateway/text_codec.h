@@ -8,7 +8,7 @@
 // parser in one process, next to the HTTP response they shape (a worker
 // stops a sequence the step after the gateway's Cancel).
 // Implementations: ByteCodec (byte-level, for test models) and the adapter
-// over common/text (the project tokenizer + GLM chat template).
+// over common/text (the model's tokenizer and its own chat template).
 // Thread safety: implementations are immutable after construction; methods
 // are safe to call concurrently. OutputParser instances are per choice.
 #pragma once
@@ -51,20 +51,28 @@ class PlainOutputParser final : public OutputParser {
   Delta Finish() override { return {}; }
 };
 
+// A chat request's prompt: its ids, and whether the prompt leaves the model inside a
+// reasoning block (the output parser then starts in reasoning).
+struct ChatPromptIds {
+  std::vector<int32_t> ids;
+  bool opens_reasoning = false;
+};
+
 class TextCodec {
  public:
   virtual ~TextCodec() = default;
   virtual int32_t vocab_size() const = 0;
   // Raw text (completions prompt), no special tokens added.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
-  // The chat template applied to messages (+ tools), ending with the
-  // assistant generation prompt; InvalidArgument names the bad message.
-  virtual absl::StatusOr<std::vector<int32_t>> EncodeChat(const ChatRequest& request) const = 0;
+  // The chat template applied to messages (+ tools, kwargs), ending with the
+  // assistant generation prompt; InvalidArgument names the bad message, kwarg
+  // or template line.
+  virtual absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const = 0;
   // Bytes of one token as it appears in the output (may be partial UTF-8).
   virtual std::string TokenBytes(int32_t id) const = 0;
   // Token ids that end generation (EOS, end-of-turn).
   virtual std::vector<int32_t> StopTokenIds() const = 0;
-  virtual std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request) const = 0;
+  virtual std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request, bool opens_reasoning) const = 0;
 };
 
 // Holds back an incomplete UTF-8 sequence at the end of the byte stream.

@@ -1,108 +1,116 @@
 #include "services/gateway/text_codec_model.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "common/base/json.h"
 #include "common/base/status.h"
-#include "common/text/chat_parser.h"
 
 namespace moe::gateway {
 
 using ojson = nlohmann::ordered_json;
 
-absl::StatusOr<std::unique_ptr<ModelTextCodec>> ModelTextCodec::Load(const std::string& dir) {
-  auto c = std::unique_ptr<ModelTextCodec>(new ModelTextCodec());
-  MOE_ASSIGN_OR_RETURN(c->tok_, text::Tokenizer::FromFile(dir + "/tokenizer.json"));
-  MOE_ASSIGN_OR_RETURN(c->format_, text::DetectChatFormat(dir));
-  auto add = [&](int32_t id) {
-    if (id >= 0 && std::find(c->stop_ids_.begin(), c->stop_ids_.end(), id) == c->stop_ids_.end()) {
-      c->stop_ids_.push_back(id);
-    }
-  };
-  for (const char* name : {"<|endoftext|>", "<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>"}) {
-    add(c->tok_->TokenToId(name));
-  }
-  std::ifstream gc(dir + "/generation_config.json");
-  if (gc) {
-    std::stringstream ss;
-    ss << gc.rdbuf();
-    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (j.is_object() && j.contains("eos_token_id")) {
-      const auto& e = j["eos_token_id"];
-      if (e.is_number_integer()) add(e.get<int32_t>());
-      if (e.is_array()) {
-        for (const auto& x : e) {
-          if (x.is_number_integer()) add(x.get<int32_t>());
-        }
-      }
-    }
-  }
-  if (c->stop_ids_.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, ": no end-of-text token found in the tokenizer"));
+absl::StatusOr<std::unique_ptr<ModelTextCodec>> ModelTextCodec::Load(const std::string& dir,
+                                                                     const std::string& chat_template_file,
+                                                                     const std::string& chat_template_name) {
+  text::ModelTextOptions opt;
+  opt.chat_template_file = chat_template_file;
+  opt.chat_template_name = chat_template_name;
+  MOE_ASSIGN_OR_RETURN(text::ModelText mt, text::LoadModelText(dir, opt));
+  auto c = std::unique_ptr<ModelTextCodec>(new ModelTextCodec(std::move(mt)));
+  for (const std::string& l : c->mt_.chat->Literals()) {
+    if (l.find("developer") != std::string::npos) c->developer_role_ = true;
   }
   return c;
 }
 
 absl::StatusOr<std::vector<int32_t>> ModelTextCodec::Encode(std::string_view text) const {
-  return tok_->Encode(text, text::EncodeOptions{});
+  return mt_.tokenizer->Encode(text, text::EncodeOptions{});
+}
+
+absl::StatusOr<text::ChatInputs> ModelTextCodec::Inputs(const ChatRequest& request) const {
+  const text::ChatTemplate& tmpl = *mt_.chat;
+  text::ChatInputs in;
+  const bool tools = !request.tools.is_null() && request.tool_choice != "none";
+  if (tools) {
+    if (!tmpl.Reads("tools")) {
+      return absl::InvalidArgumentError(absl::StrCat("tools: the model's chat template (", tmpl.origin(),
+                                                     ") does not render tool definitions"));
+    }
+    in.tools = request.tools;
+  }
+  const bool string_args = tmpl.WantsStringArguments(tools);
+  for (size_t i = 0; i < request.messages.size(); ++i) {
+    const ChatMessage& m = request.messages[i];
+    ojson t = ojson::object();
+    t["role"] = (m.role == "developer" && !developer_role_) ? "system" : m.role;
+    t["content"] = m.content;
+    if (!m.name.empty()) t["name"] = m.name;
+    if (!m.reasoning_content.empty()) t["reasoning_content"] = m.reasoning_content;
+    if (m.tool_calls.is_array()) {
+      ojson calls = ojson::array();
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        const auto& tc = m.tool_calls[k];
+        ojson call = ojson::object();
+        if (tc.contains("id") && tc["id"].is_string()) call["id"] = tc["id"].get<std::string>();
+        call["type"] = "function";
+        const auto& f = tc["function"];
+        const bool have_args = k < m.tool_call_arguments.size() && !m.tool_call_arguments[k].is_null();
+        ojson args;
+        if (string_args) {
+          args = (f.contains("arguments") && f["arguments"].is_string()) ? ojson(f["arguments"].get<std::string>())
+                                                                          : ojson("{}");
+        } else {
+          args = have_args ? m.tool_call_arguments[k] : ojson::object();
+        }
+        call["function"] = ojson{{"name", f["name"].get<std::string>()}, {"arguments", std::move(args)}};
+        calls.push_back(std::move(call));
+      }
+      t["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) t["tool_call_id"] = m.tool_call_id;
+    in.messages.push_back(std::move(t));
+  }
+  for (auto it = request.chat_template_kwargs.begin(); it != request.chat_template_kwargs.end(); ++it) {
+    const std::string& k = it.key();
+    if (text::IsReservedTemplateVariable(k)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat_template_kwargs.", k, ": set by the server (from the request or the model's files)"));
+    }
+    if (!tmpl.Reads(k)) {
+      return absl::InvalidArgumentError(absl::StrCat("chat_template_kwargs.", k, ": the model's chat template (",
+                                                     tmpl.origin(), ") does not use '", k, "'"));
+    }
+    in.kwargs[k] = it.value();
+  }
+  in.add_generation_prompt = true;
+  return in;
 }
 
 absl::StatusOr<std::string> ModelTextCodec::Render(const ChatRequest& request) const {
-  MOE_ASSIGN_OR_RETURN(text::ChatPrompt p, RenderPrompt(request));
-  return std::move(p.text);
+  MOE_ASSIGN_OR_RETURN(text::ChatInputs in, Inputs(request));
+  MOE_ASSIGN_OR_RETURN(text::RenderedChat r, mt_.chat->Render(in));
+  return std::move(r.text);
 }
 
-absl::StatusOr<text::ChatPrompt> ModelTextCodec::RenderPrompt(const ChatRequest& request) const {
-  text::ChatRequest r;
-  for (size_t i = 0; i < request.messages.size(); ++i) {
-    const ChatMessage& m = request.messages[i];
-    text::ChatMessage t;
-    t.role = m.role == "developer" ? "system" : m.role;
-    if (!m.content.empty() || m.tool_calls.is_null()) t.content = m.content;
-    if (!m.reasoning_content.empty()) t.reasoning_content = m.reasoning_content;
-    if (m.tool_calls.is_array()) {
-      t.has_tool_calls = true;
-      for (const auto& tc : m.tool_calls) {
-        text::ToolCall call;
-        call.name = tc["function"]["name"].get<std::string>();
-        if (tc.contains("id") && tc["id"].is_string()) call.id = tc["id"].get<std::string>();
-        const size_t k = t.tool_calls.size();
-        if (k < m.tool_call_arguments.size() && !m.tool_call_arguments[k].is_null()) {
-          call.arguments = m.tool_call_arguments[k];  // parsed (depth-bounded) by ParseChatRequest
-        }
-        t.tool_calls.push_back(std::move(call));
-      }
-    }
-    r.messages.push_back(std::move(t));
-  }
-  if (!request.tools.is_null() && request.tool_choice != "none") r.tools = request.tools;
-  r.add_generation_prompt = true;
-  r.enable_thinking = request.enable_thinking;
-  r.clear_thinking = request.clear_thinking;
-  return text::RenderChatPrompt(format_, r);
-}
-
-absl::StatusOr<std::vector<int32_t>> ModelTextCodec::EncodeChat(const ChatRequest& request) const {
-  MOE_ASSIGN_OR_RETURN(text::ChatPrompt prompt, RenderPrompt(request));
-  text::EncodeOptions opt;
-  opt.add_special_tokens = false;          // the template already wrote them
-  opt.plain_spans = prompt.client_spans;   // what the client wrote is never a control token
-  return tok_->Encode(prompt.text, opt);
+absl::StatusOr<ChatPromptIds> ModelTextCodec::EncodeChat(const ChatRequest& request) const {
+  MOE_ASSIGN_OR_RETURN(text::ChatInputs in, Inputs(request));
+  MOE_ASSIGN_OR_RETURN(text::EncodedChat chat, mt_.EncodeChat(in));
+  ChatPromptIds out;
+  out.ids = std::move(chat.ids);
+  out.opens_reasoning = chat.opens_reasoning;
+  return out;
 }
 
 std::string ModelTextCodec::TokenBytes(int32_t id) const {
   std::string out;
-  tok_->AppendTokenBytes(id, /*skip_special=*/true, &out);
+  mt_.tokenizer->AppendTokenBytes(id, /*skip_special=*/true, &out);
   return out;
 }
 
 namespace {
 
-class GlmParser final : public OutputParser {
+class FamilyParser final : public OutputParser {
  public:
-  GlmParser(bool start_in_reasoning, ojson tools) : p_(start_in_reasoning, std::move(tools)) {}
+  FamilyParser(text::ChatFamily f, bool start_in_reasoning, ojson tools) : p_(f, start_in_reasoning, std::move(tools)) {}
   Delta Push(std::string_view text) override { return Convert(p_.Push(text)); }
   Delta Finish() override { return Convert(p_.Finish()); }
 
@@ -121,19 +129,15 @@ class GlmParser final : public OutputParser {
     }
     return out;
   }
-  text::GlmOutputParser p_;
+  text::ChatOutputParser p_;
   int calls_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<OutputParser> ModelTextCodec::NewChatParser(const ChatRequest& request) const {
-  if (format_ != text::ChatFormat::kGlm) return std::make_unique<PlainOutputParser>();
-  ojson tools = (!request.tools.is_null() && request.tool_choice != "none") ? request.tools
-                                                                             : ojson(nullptr);
-  // With thinking on the GLM generation prompt ends with "<think>", so output
-  // starts in reasoning; with it off the prompt ends with "</think>".
-  return std::make_unique<GlmParser>(/*start_in_reasoning=*/request.enable_thinking, std::move(tools));
+std::unique_ptr<OutputParser> ModelTextCodec::NewChatParser(const ChatRequest& request, bool opens_reasoning) const {
+  ojson tools = (!request.tools.is_null() && request.tool_choice != "none") ? request.tools : ojson(nullptr);
+  return std::make_unique<FamilyParser>(mt_.family, opens_reasoning, std::move(tools));
 }
 
 }  // namespace moe::gateway

@@ -1,50 +1,55 @@
-// TextCodec over the project's text layer (common/text): the model's
-// tokenizer.json, its chat template (GLM-5 or DeepSeek-V3, detected from the
-// model directory) and, for GLM, the reasoning/tool-call output parser.
+// TextCodec over the project's text layer (common/text/model_text.h): the model's
+// tokenizer.json, its own chat template (chat_template.jinja, tokenizer_config.json's, or
+// --chat-template FILE) and the output parser of its family (GLM, DeepSeek-V3/V3.1, Qwen3;
+// plain content otherwise).
 //
-// Prompts: chat requests are rendered exactly as transformers'
-// apply_chat_template (common/text/chat.h contract) and tokenized with
-// special tokens parsed in the template's own text only — what the client
-// wrote (content, names, tools, arguments) never becomes a control token
-// (common/text/prompt.h) — and no post-processor; completions prompts are
-// tokenized like HF's tokenizer(prompt) (special tokens parsed, post-processor
-// applied). Tool calls in assistant messages carry their arguments as the
-// JSON string OpenAI clients send; they are parsed back to JSON for the GLM
-// template. Stop ids: the tokenizer's <|endoftext|>, <|user|>,
-// <|observation|> (GLM) or <｜end▁of▁sentence｜> (DeepSeek) when present,
-// plus generation_config.json's eos_token_id.
+// Chat requests become the template's messages as OpenAI-compatible servers pass them to
+// transformers.apply_chat_template: content as a string ("" for null), name,
+// reasoning_content, tool_calls with their arguments as JSON objects (or as the client's
+// string when the template concatenates strings -- the DeepSeek-V3 family, probed at load),
+// tool_call_id; `developer` stays `developer` when the template's text mentions that role,
+// else it is sent as `system` (OpenAI: developer messages are system messages).
+// tools are passed unless tool_choice is "none"; chat_template_kwargs are template variables,
+// refused by name when the template never reads one or when it is one the server sets
+// (messages, tools, add_generation_prompt, the special tokens). A request with tools for a
+// template that does not read `tools` is refused too.
+// Prompts are encoded with client text kept out of control tokens (chat_encode.h);
+// completions prompts like HF's tokenizer(prompt). Stop ids: ModelText's.
 // Thread safety: immutable after Load(); parsers are per choice.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "common/text/chat.h"
-#include "common/text/tokenizer.h"
+#include "common/text/model_text.h"
 #include "services/gateway/text_codec.h"
 
 namespace moe::gateway {
 
 class ModelTextCodec final : public TextCodec {
  public:
-  // `dir` holds tokenizer.json and chat_template.jinja or tokenizer_config.json.
-  static absl::StatusOr<std::unique_ptr<ModelTextCodec>> Load(const std::string& dir);
+  // `dir` holds tokenizer.json and the chat template; `chat_template_file` (may be empty)
+  // overrides the template, `chat_template_name` picks one of a named list.
+  static absl::StatusOr<std::unique_ptr<ModelTextCodec>> Load(const std::string& dir,
+                                                              const std::string& chat_template_file = "",
+                                                              const std::string& chat_template_name = "");
 
-  int32_t vocab_size() const override { return static_cast<int32_t>(tok_->vocab_size()); }
+  int32_t vocab_size() const override { return static_cast<int32_t>(mt_.tokenizer->vocab_size()); }
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(const ChatRequest& request) const override;
+  absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const override;
   std::string TokenBytes(int32_t id) const override;
-  std::vector<int32_t> StopTokenIds() const override { return stop_ids_; }
-  std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request) const override;
+  std::vector<int32_t> StopTokenIds() const override { return mt_.stop_ids; }
+  std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request, bool opens_reasoning) const override;
 
-  // The rendered prompt (exposed for tests).
+  // The template's inputs for a request, and the rendered prompt (exposed for tests).
+  absl::StatusOr<text::ChatInputs> Inputs(const ChatRequest& request) const;
   absl::StatusOr<std::string> Render(const ChatRequest& request) const;
-  absl::StatusOr<text::ChatPrompt> RenderPrompt(const ChatRequest& request) const;
+  const text::ModelText& model_text() const { return mt_; }
 
  private:
-  std::unique_ptr<text::Tokenizer> tok_;
-  text::ChatFormat format_ = text::ChatFormat::kGlm;
-  std::vector<int32_t> stop_ids_;
+  explicit ModelTextCodec(text::ModelText mt) : mt_(std::move(mt)) {}
+  text::ModelText mt_;
+  bool developer_role_ = false;  // the template knows "developer"
 };
 
 }  // namespace moe::gateway

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "common/text/chat.h"
 #include "common/text/model_text.h"
 #include "tests/model/oracle_util.h"
 
@@ -165,18 +164,16 @@ const ChatCase kChat[] = {
 
 TEST_F(TrainedModelTest, AnswersChatPromptsInEnglish) {
   ASSERT_NE(engine_, nullptr);
-  auto mt = text::LoadModelText(kModelDir, "");
+  auto mt = text::LoadModelText(kModelDir, {});
   ASSERT_TRUE(mt.ok()) << mt.status();
   for (const ChatCase& cc : kChat) {
-    text::ChatRequest req;
-    text::ChatMessage m;
-    m.role = "user";
-    m.content = std::string(cc.question);
-    req.messages.push_back(m);
-    req.enable_thinking = cc.thinking;
-    auto rendered = text::RenderChat(mt->format, req);
-    ASSERT_TRUE(rendered.ok()) << rendered.status();
-    const auto ids = mt->tokenizer->Encode(*rendered, {.parse_special = true, .add_special_tokens = false});
+    text::ChatInputs in;
+    in.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", std::string(cc.question)}}});
+    in.add_generation_prompt = true;
+    in.kwargs["enable_thinking"] = cc.thinking;
+    auto chat = mt->EncodeChat(in);
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    const auto& ids = chat->ids;
     KvCache cache = engine_->NewCache();
     auto r = engine_->Generate(ids, 48, SamplingParams{}, cache);
     ASSERT_TRUE(r.ok()) << r.status();

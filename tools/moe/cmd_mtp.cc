@@ -88,7 +88,9 @@ absl::Status DoMtp(int argc, char** argv) {
     std::stringstream ss;
     ss << in.rdbuf();
     const std::string dir = prompt_flags.tokenizer.empty() ? model : prompt_flags.tokenizer;
-    MOE_ASSIGN_OR_RETURN(text::ModelText mt, text::LoadModelText(dir, prompt_flags.chat_format));
+    text::ModelTextOptions topt;
+    topt.require_chat = false;
+    MOE_ASSIGN_OR_RETURN(text::ModelText mt, text::LoadModelText(dir, topt));
     ids = mt.tokenizer->Encode(ss.str(), text::EncodeOptions{.parse_special = true, .add_special_tokens = false});
     if (ids.size() < 3) return absl::InvalidArgumentError(absl::StrCat("--text-file ", text_file, ": fewer than 3 tokens"));
   } else {

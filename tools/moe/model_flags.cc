@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
-#include "common/text/chat.h"
 
 namespace moe::cli {
 
@@ -17,11 +16,13 @@ void AddPromptFlags(FlagSet& flags, const char* ids_flag, PromptFlags* p) {
   flags.AddString(ids_flag, &p->ids, "prompt token ids, comma-separated");
   flags.AddString("prompt", &p->text, "prompt text, encoded with the model's tokenizer.json");
   flags.AddString("chat", &p->chat,
-                  "chat as OpenAI messages JSON (or {\"messages\":[...],\"tools\":[...]}), rendered with the "
-                  "model's chat template");
+                  "chat as OpenAI messages JSON (or {\"messages\":[...],\"tools\":[...], template kwargs...}), "
+                  "rendered with the model's chat template");
   flags.AddString("tokenizer", &p->tokenizer, "directory with tokenizer.json + chat template (default: --model)");
-  flags.AddString("chat-format", &p->chat_format, "glm or deepseek_v3 (default: detected from the template)");
-  flags.AddBool("thinking", &p->thinking, "GLM chat: thinking on (<think>) or off (--no-thinking: </think>)");
+  flags.AddString("chat-template", &p->chat_template, "chat: a Jinja template file instead of the model's own");
+  flags.AddBool("thinking", &p->thinking,
+                "chat: set the template's enable_thinking (--no-thinking: false); default: the template's own");
+  p->flags = &flags;
 }
 
 absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag, const std::string& model_dir,
@@ -41,19 +42,29 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
     return out;
   }
   const std::string dir = p.tokenizer.empty() ? model_dir : p.tokenizer;
-  MOE_ASSIGN_OR_RETURN(text::ModelText mt, text::LoadModelText(dir, p.chat_format));
+  const bool thinking_given = p.flags && p.flags->WasSet("thinking");
+  if (p.chat.empty() && (!p.chat_template.empty() || thinking_given)) {
+    return absl::InvalidArgumentError("--chat-template and --thinking/--no-thinking apply to --chat only");
+  }
+  text::ModelTextOptions topt;
+  topt.chat_template_file = p.chat_template;
+  topt.require_chat = !p.chat.empty();
+  MOE_ASSIGN_OR_RETURN(text::ModelText mt, text::LoadModelText(dir, topt));
   if (!p.text.empty()) {
     out.ids = mt.tokenizer->Encode(p.text, text::EncodeOptions{});
   } else {
-    auto req = text::ParseChatRequestJson(p.chat);
-    if (!req.ok()) return Annotate(req.status(), "--chat");
-    req->add_generation_prompt = true;
-    req->enable_thinking = p.thinking;
-    MOE_ASSIGN_OR_RETURN(text::ChatPrompt rendered, text::RenderChatPrompt(mt.format, *req));
-    text::EncodeOptions opt;
-    opt.add_special_tokens = false;          // the template wrote them
-    opt.plain_spans = rendered.client_spans;  // message text is never control tokens
-    out.ids = mt.tokenizer->Encode(rendered.text, opt);
+    auto in = text::ParseChatInputsJson(p.chat, /*default_generation_prompt=*/true);
+    if (!in.ok()) return Annotate(in.status(), "--chat");
+    if (thinking_given) {
+      if (!mt.chat->Reads("enable_thinking")) {
+        return absl::InvalidArgumentError(absl::StrCat("--thinking/--no-thinking: the chat template (", mt.chat->origin(),
+                                                       ") does not read enable_thinking"));
+      }
+      in->kwargs["enable_thinking"] = p.thinking;
+    }
+    auto chat = mt.EncodeChat(*in);
+    if (!chat.ok()) return Annotate(chat.status(), "--chat");
+    out.ids = std::move(chat->ids);
   }
   if (out.ids.empty()) return absl::InvalidArgumentError("the prompt encodes to no tokens");
   out.text.emplace(std::move(mt));

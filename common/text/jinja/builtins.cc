@@ -857,8 +857,9 @@ void MergeMapping(const Value& src, Dict* d, const char* fn) {
   }
 }
 
-Value GNamespace(Interpreter&, CallArgs& a) {
+Value GNamespace(Interpreter& in, CallArgs& a) {
   auto ns = std::make_shared<Namespace>();
+  in.Track(ns);
   if (a.pos.size() > 1) Throw("TypeError", "namespace expected at most 1 positional argument");
   if (!a.pos.empty()) MergeMapping(a.pos[0], &ns->attrs, "namespace");
   for (const auto& [k, v] : ns->attrs.items()) {

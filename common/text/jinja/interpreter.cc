@@ -123,11 +123,19 @@ TString Interpreter::Render(const Dict& vars) {
     Exec(ast_.body, root_, &out);
   } catch (TemplateError& e) {
     if (e.line == 0) e.line = line_;
-    root_.reset();
+    ReleaseCycles();
     throw;
   }
-  root_.reset();  // macros hold scopes that hold macros: break the cycle
+  ReleaseCycles();
   return out;
+}
+
+void Interpreter::ReleaseCycles() {
+  for (const ScopePtr& s : macro_scopes_) s->vars.clear();
+  for (const auto& ns : namespaces_) ns->attrs = Dict();
+  macro_scopes_.clear();
+  namespaces_.clear();
+  root_.reset();
 }
 
 Interpreter::Flow Interpreter::Exec(const Body& body, const ScopePtr& scope, TString* out) {
@@ -174,6 +182,7 @@ Interpreter::Flow Interpreter::ExecStmt(const Stmt& s, const ScopePtr& scope, TS
     }
     case StmtKind::kMacro:
       scope->vars[s.name] = Value::MakeCallable(std::make_shared<Macro>(&s, scope));
+      macro_scopes_.push_back(scope);
       return Flow::kNormal;
     case StmtKind::kCallBlock: {
       auto inner = std::make_shared<Scope>();

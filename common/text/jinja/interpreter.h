@@ -23,7 +23,7 @@ namespace moe::text::jinja {
 struct RenderLimits {
   size_t max_output_bytes = 64u << 20;
   int max_call_depth = 256;
-  uint64_t max_steps = 50'000'000;
+  uint64_t max_steps = 20'000'000;  // a 200-message chat with tools takes ~10^5
 };
 
 class Interpreter {
@@ -50,6 +50,8 @@ class Interpreter {
 
   // Runs a macro: binds `args` in a scope under `defined_in` and returns its output.
   Value RunMacro(const Stmt& macro, const ScopePtr& defined_in, CallArgs& args);
+  // Namespaces made during this render; emptied when it ends (a namespace can hold itself).
+  void Track(std::shared_ptr<Namespace> ns) { namespaces_.push_back(std::move(ns)); }
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -75,7 +77,12 @@ class Interpreter {
   const TemplateAst& ast_;
   RenderLimits limits_;
   std::function<std::string(const std::string&)> strftime_;
+  void ReleaseCycles();
+
   ScopePtr root_;
+  // Scopes holding macros (a macro holds its scope: a cycle) and namespaces, emptied at the end.
+  std::vector<ScopePtr> macro_scopes_;
+  std::vector<std::shared_ptr<Namespace>> namespaces_;
   int line_ = 0;
   uint64_t steps_ = 0;
   int call_depth_ = 0;

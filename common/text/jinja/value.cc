@@ -18,15 +18,19 @@ struct StringObj : Object {
 };
 struct ListObj : Object {
   List items;
+  int depth = 1;
 };
 struct DictObj : Object {
   Dict d;
+  int depth = 1;
 };
 struct UndefinedObj : Object {
   UndefinedInfo info;
 };
 
-// Nesting bound for the walks below (Python's own recursion limit is 1000 frames).
+// Nesting bound for values and the walks over them (Python's own recursion limit is 1000
+// frames). Containers record their depth when built, so no value deeper than this exists:
+// destroying one recurses per level too.
 constexpr int kMaxDepth = 512;
 
 void CheckDepth(int depth) {
@@ -357,9 +361,17 @@ Value Value::Str(TString s) {
   return v;
 }
 
+int Value::depth() const {
+  if (kind_ == Kind::kList || kind_ == Kind::kTuple) return static_cast<const ListObj&>(*obj_).depth;
+  if (kind_ == Kind::kDict) return static_cast<const DictObj&>(*obj_).depth;
+  return 0;
+}
+
 Value Value::MakeList(List items) {
   Value v(Kind::kList);
   auto o = std::make_shared<ListObj>();
+  for (const Value& e : items) o->depth = std::max(o->depth, e.depth() + 1);
+  CheckDepth(o->depth);
   o->items = std::move(items);
   v.obj_ = std::move(o);
   return v;
@@ -374,6 +386,8 @@ Value Value::MakeTuple(List items) {
 Value Value::MakeDict(Dict d) {
   Value v(Kind::kDict);
   auto o = std::make_shared<DictObj>();
+  for (const auto& [k, e] : d.items()) o->depth = std::max(o->depth, std::max(k.depth(), e.depth()) + 1);
+  CheckDepth(o->depth);
   o->d = std::move(d);
   v.obj_ = std::move(o);
   return v;

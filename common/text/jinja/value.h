@@ -97,6 +97,8 @@ class Value {
   LoopState& loop() const;
   const UndefinedInfo& undefined() const;
 
+  // Nesting depth of a list/tuple/dict (1 + its deepest element's); 0 for other kinds.
+  int depth() const;
   // Python's bool(x).
   bool Truthy() const;
   // Raises the undefined value's error (call only on an undefined value).
