@@ -240,12 +240,12 @@ bool ChatTemplate::WantsStringArguments(bool has_tools) const {
   return t.ok() && (*t)->string_arguments;
 }
 
-absl::StatusOr<RenderedChat> ChatTemplate::Render(const ChatInputs& in, const jinja::RenderOptions& opt) const {
+absl::StatusOr<ChatPrompt> ChatTemplate::Render(const ChatInputs& in, const jinja::RenderOptions& opt) const {
   MOE_ASSIGN_OR_RETURN(const Named* t, Select(!in.tools.is_null()));
   return RenderWith(t->tmpl, in, opt);
 }
 
-absl::StatusOr<RenderedChat> ChatTemplate::RenderWith(const jinja::Template& t, const ChatInputs& in,
+absl::StatusOr<ChatPrompt> ChatTemplate::RenderWith(const jinja::Template& t, const ChatInputs& in,
                                                       const jinja::RenderOptions& opt) const {
   if (!in.messages.is_array()) return absl::InvalidArgumentError("chat template: 'messages' must be an array");
   if (!in.tools.is_null() && !in.tools.is_array()) return absl::InvalidArgumentError("chat template: 'tools' must be an array");
@@ -282,8 +282,8 @@ absl::StatusOr<RenderedChat> ChatTemplate::RenderWith(const jinja::Template& t, 
     return absl::InvalidArgumentError(absl::StrCat("chat template inputs: ", e.message));
   }
   MOE_ASSIGN_OR_RETURN(jinja::TString out, t.Render(vars, opt));
-  RenderedChat r;
-  for (const jinja::TaintSpan& s : out.taint()) r.client_spans.emplace_back(s.begin, s.end);
+  ChatPrompt r;
+  for (const jinja::TaintSpan& s : out.taint()) r.client_spans.push_back({s.begin, s.end});
   r.text = out.Release();
   return r;
 }

@@ -16,8 +16,8 @@
 // (a message with reasoning_content, thinking or reasoning gets the first of them under
 // both "thinking" and "reasoning_content"). kwargs override special tokens, as there.
 // Client data: every string of messages (but their "role"), tools, documents and kwargs
-// is tainted, so RenderedChat::client_spans tells the tokenizer which bytes came from the
-// request (chat_encode.h encodes control tokens there as text).
+// is tainted, so ChatPrompt::client_spans (prompt.h) tells the tokenizer which bytes came from
+// the request: encoded with EncodeOptions::plain_spans, no control token is matched there.
 // Errors: InvalidArgument naming the template and line (raise_exception's own message,
 // undefined attributes, type errors), NotFound when a directory has no template.
 // Thread safety: immutable after Load; Render runs concurrently.
@@ -32,15 +32,11 @@
 
 #include "absl/status/statusor.h"
 #include "common/text/jinja/template.h"
+#include "common/text/prompt.h"
 #include "nlohmann/json.hpp"
 
 namespace moe::text {
 
-struct RenderedChat {
-  std::string text;
-  // Byte ranges [begin, end) of `text` that came from the request; sorted, disjoint.
-  std::vector<std::pair<size_t, size_t>> client_spans;
-};
 
 struct ChatInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -64,7 +60,7 @@ class ChatTemplate {
   // The special tokens of DIR/tokenizer_config.json (empty when the file has none).
   static absl::StatusOr<SpecialTokens> ReadSpecialTokens(const std::string& model_dir);
 
-  absl::StatusOr<RenderedChat> Render(const ChatInputs& in, const jinja::RenderOptions& opt = {}) const;
+  absl::StatusOr<ChatPrompt> Render(const ChatInputs& in, const jinja::RenderOptions& opt = {}) const;
 
   // Where the (first) template came from, e.g. "DIR/chat_template.jinja".
   const std::string& origin() const { return templates_.front().tmpl.origin(); }
@@ -89,7 +85,7 @@ class ChatTemplate {
   static absl::StatusOr<std::shared_ptr<const ChatTemplate>> Build(std::vector<Named> templates, std::string pinned,
                                                                    SpecialTokens tokens);
   absl::StatusOr<const Named*> Select(bool has_tools) const;
-  absl::StatusOr<RenderedChat> RenderWith(const jinja::Template& t, const ChatInputs& in,
+  absl::StatusOr<ChatPrompt> RenderWith(const jinja::Template& t, const ChatInputs& in,
                                           const jinja::RenderOptions& opt) const;
 
   std::vector<Named> templates_;

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/json.h"
 #include "common/base/status.h"
-#include "common/text/chat_encode.h"
 
 namespace moe::text {
 namespace {
@@ -56,10 +55,7 @@ absl::StatusOr<ModelText> LoadModelText(const std::string& dir, const ModelTextO
     }
   }
   std::vector<std::string> literals;
-  if (mt.chat) {
-    literals = mt.chat->Literals();
-    mt.control_tokens = ChatControlTokens(*mt.tokenizer, literals);
-  }
+  if (mt.chat) literals = mt.chat->Literals();
   mt.family = DetectChatFamily(literals, model_type);
 
   // Stop ids.
@@ -110,7 +106,10 @@ absl::StatusOr<EncodedChat> ModelText::EncodeChat(const ChatInputs& in, const ji
   }
   EncodedChat out;
   MOE_ASSIGN_OR_RETURN(out.prompt, chat->Render(in, opt));
-  out.ids = EncodeRenderedChat(*tokenizer, out.prompt, control_tokens);
+  EncodeOptions eo;
+  eo.add_special_tokens = false;  // the template wrote them
+  eo.plain_spans = out.prompt.client_spans;
+  out.ids = tokenizer->Encode(out.prompt.text, eo);
   out.opens_reasoning = PromptOpensReasoning(out.prompt.text);
   return out;
 }

@@ -1,5 +1,5 @@
 // Everything text-related the engine needs from a model directory, in one load: the
-// tokenizer, the model's own chat template, its control tokens, the output family and the
+// tokenizer, the model's own chat template, the output family and the
 // ids that end generation. The gateway (services/gateway/text_codec_model.h) and the CLI
 // (moe run/score/mtp/tokenize --chat) both load through here, so they render and encode
 // chats the same way.
@@ -38,7 +38,7 @@ struct ModelTextOptions {
 };
 
 struct EncodedChat {
-  RenderedChat prompt;
+  ChatPrompt prompt;
   std::vector<int32_t> ids;
   bool opens_reasoning = false;  // the prompt ends inside a think block
 };
@@ -47,12 +47,11 @@ struct ModelText {
   std::string dir;
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<const ChatTemplate> chat;  // null only with require_chat=false
-  std::vector<std::string> control_tokens;
   ChatFamily family = ChatFamily::kPlain;
   std::vector<int32_t> stop_ids;  // sorted, unique
 
-  // Renders with the model's template and encodes with client text kept out of control tokens
-  // (chat_encode.h).
+  // Renders with the model's template and encodes it with the client's bytes as plain spans
+  // (prompt.h: no added token is matched inside them, so typed markers stay text).
   absl::StatusOr<EncodedChat> EncodeChat(const ChatInputs& in, const jinja::RenderOptions& opt = {}) const;
 };
 

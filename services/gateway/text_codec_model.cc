@@ -87,7 +87,7 @@ absl::StatusOr<text::ChatInputs> ModelTextCodec::Inputs(const ChatRequest& reque
 
 absl::StatusOr<std::string> ModelTextCodec::Render(const ChatRequest& request) const {
   MOE_ASSIGN_OR_RETURN(text::ChatInputs in, Inputs(request));
-  MOE_ASSIGN_OR_RETURN(text::RenderedChat r, mt_.chat->Render(in));
+  MOE_ASSIGN_OR_RETURN(text::ChatPrompt r, mt_.chat->Render(in));
   return std::move(r.text);
 }
 

@@ -13,7 +13,7 @@
 // refused by name when the template never reads one or when it is one the server sets
 // (messages, tools, add_generation_prompt, the special tokens). A request with tools for a
 // template that does not read `tools` is refused too.
-// Prompts are encoded with client text kept out of control tokens (chat_encode.h);
+// Prompts are encoded with the client's bytes as plain spans (no control token there, prompt.h);
 // completions prompts like HF's tokenizer(prompt). Stop ids: ModelText's.
 // Thread safety: immutable after Load(); parsers are per choice.
 #pragma once

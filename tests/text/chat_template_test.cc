@@ -156,7 +156,7 @@ TEST(ChatTemplateRender, ClientSpansCoverRequestTextOnly) {
   EXPECT_EQ(r->text, "<s><|user|>helloHEY<|assistant|>");
   // "hello" (trimmed, still the client's bytes) and "HEY" (case-mapped kwarg); never the role,
   // the template's markers or the model's bos_token.
-  EXPECT_EQ(r->client_spans, (std::vector<std::pair<size_t, size_t>>{{11, 19}}));
+  EXPECT_EQ(r->client_spans, (std::vector<TextSpan>{{11, 19}}));
   EXPECT_EQ(r->text.substr(11, 8), "helloHEY");
 }
 

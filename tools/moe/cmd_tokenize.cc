@@ -25,7 +25,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/flags.h"
 #include "common/base/status.h"
-#include "common/text/chat_encode.h"
 #include "common/text/chat_template.h"
 #include "common/text/model_text.h"
 #include "common/text/tokenizer.h"
@@ -115,13 +114,16 @@ absl::Status RunChat(const std::string& tokenizer_path, const std::string& chat_
     *template_raised = true;
     return rendered.status();
   }
-  const text::RenderedChat& r = *rendered;
+  const text::ChatPrompt& r = *rendered;
   if (text_out) {
     std::fwrite(r.text.data(), 1, r.text.size(), stdout);
     std::fputc('\n', stdout);
     return absl::OkStatus();
   }
-  PrintIds(text::EncodeRenderedChat(*mt->tokenizer, r, mt->control_tokens), json);
+  text::EncodeOptions eo;
+  eo.add_special_tokens = false;
+  eo.plain_spans = r.client_spans;
+  PrintIds(mt->tokenizer->Encode(r.text, eo), json);
   return absl::OkStatus();
 }
 
