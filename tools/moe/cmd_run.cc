@@ -6,9 +6,7 @@
 // per position x MoE layer, sorted by position then layer) for `moe bench cache`,
 // each row preceded by the router look-ahead's prediction of it made at the
 // layer before ("+" lines, trace version 2).
-#include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -20,7 +18,6 @@
 #include "common/base/status.h"
 #include "common/expertstore/routing_trace.h"
 #include "common/model/engine.h"
-#include "common/sampling/sampler.h"
 #include "services/expertd_client/remote_expert_source.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
@@ -112,9 +109,8 @@ class RoutingRecorder {
 absl::Status DoRun(int argc, char** argv, bool* help) {
   std::string save_kv, resume_kv, record_routing;
   bool prefetch = true;
-  int64_t max_tokens = 32, top_k = 0, seed = 0;
-  double temperature = 0, top_p = 1.0, min_p = 0, presence_penalty = 0, frequency_penalty = 0;
-  bool greedy = false, json = false;
+  int64_t max_tokens = 32;
+  bool json = false;
   FlagSet flags("run", "Generate tokens with the engine from a model directory (HF checkpoint or `moe convert` container).");
   EngineFlags engine;
   engine.model = DefaultModelDir();
@@ -124,14 +120,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   PromptFlags prompt_flags;
   AddPromptFlags(flags, "prompt-ids", &prompt_flags);
   flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
-  flags.AddBool("greedy", &greedy, "greedy decoding (default unless --temperature > 0)");
-  flags.AddDouble("temperature", &temperature, "sampling temperature (0 = greedy)");
-  flags.AddDouble("top-p", &top_p, "nucleus sampling mass");
-  flags.AddInt("top-k", &top_k, "sample among the k most likely (0 = off)");
-  flags.AddDouble("min-p", &min_p, "drop tokens below this share of the most likely one's probability (0 = off)");
-  flags.AddDouble("presence-penalty", &presence_penalty, "subtracted from the logit of every token generated so far");
-  flags.AddDouble("frequency-penalty", &frequency_penalty, "subtracted per occurrence of a token generated so far");
-  flags.AddInt("seed", &seed, "sampling seed (the API's `seed`: same seed and parameters, same tokens)");
+  SamplingFlags sampling;
+  sampling.Register(flags);
   flags.AddString("save-kv", &save_kv, "write the conversation's KV cache to this file at the end");
   flags.AddString("resume-kv", &resume_kv, "continue the conversation saved in this file (prompt is appended)");
   flags.AddBool("json", &json, "print tokens and stats as JSON");
@@ -151,16 +141,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   const text::Tokenizer* tokenizer = in.text ? in.text->tokenizer.get() : nullptr;
   std::vector<int32_t> prompt = std::move(in.ids);
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
-  // The one sampler (common/sampling), as inferd uses it for the API.
-  SamplingParams sp;
-  sp.sample.temperature = greedy ? 0.0f : static_cast<float>(temperature);
-  sp.sample.top_p = static_cast<float>(top_p);
-  sp.sample.top_k = static_cast<int32_t>(std::clamp<int64_t>(top_k, -1, std::numeric_limits<int32_t>::max()));
-  sp.sample.min_p = static_cast<float>(min_p);
-  sp.sample.presence_penalty = static_cast<float>(presence_penalty);
-  sp.sample.frequency_penalty = static_cast<float>(frequency_penalty);
-  sp.seed = static_cast<uint64_t>(seed);
-  if (auto bad = CheckSampleParams(sp.sample); !bad.ok()) return Annotate(bad, "sampling flags");
+  MOE_ASSIGN_OR_RETURN(const SamplingParams sp, sampling.Resolve());
 
   std::optional<KvCache> resumed;
   if (!resume_kv.empty()) {

@@ -2,13 +2,16 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/sampling/sampler.h"
 
 namespace moe::cli {
 
@@ -69,6 +72,30 @@ absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag,
   if (out.ids.empty()) return absl::InvalidArgumentError("the prompt encodes to no tokens");
   out.text.emplace(std::move(mt));
   return out;
+}
+
+void SamplingFlags::Register(FlagSet& flags) {
+  flags.AddBool("greedy", &greedy, "greedy decoding (default unless --temperature > 0)");
+  flags.AddDouble("temperature", &temperature, "sampling temperature (0 = greedy)");
+  flags.AddDouble("top-p", &top_p, "nucleus sampling mass");
+  flags.AddInt("top-k", &top_k, "sample among the k most likely (0 = off)");
+  flags.AddDouble("min-p", &min_p, "drop tokens below this share of the most likely one's probability (0 = off)");
+  flags.AddDouble("presence-penalty", &presence_penalty, "subtracted from the logit of every token generated so far");
+  flags.AddDouble("frequency-penalty", &frequency_penalty, "subtracted per occurrence of a token generated so far");
+  flags.AddInt("seed", &seed, "sampling seed (the API's `seed`: same seed and parameters, same tokens)");
+}
+
+absl::StatusOr<SamplingParams> SamplingFlags::Resolve() const {
+  SamplingParams sp;
+  sp.sample.temperature = greedy ? 0.0f : static_cast<float>(temperature);
+  sp.sample.top_p = static_cast<float>(top_p);
+  sp.sample.top_k = static_cast<int32_t>(std::clamp<int64_t>(top_k, -1, std::numeric_limits<int32_t>::max()));
+  sp.sample.min_p = static_cast<float>(min_p);
+  sp.sample.presence_penalty = static_cast<float>(presence_penalty);
+  sp.sample.frequency_penalty = static_cast<float>(frequency_penalty);
+  sp.seed = static_cast<uint64_t>(seed);
+  if (auto bad = CheckSampleParams(sp.sample); !bad.ok()) return Annotate(bad, "sampling flags");
+  return sp;
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text) {

@@ -40,6 +40,17 @@ struct Prompt {
 absl::StatusOr<Prompt> ResolvePrompt(const PromptFlags& p, const char* ids_flag, const std::string& model_dir,
                                      bool allow_empty);
 
+// `moe run`'s sampling flags: the API's sampling parameters (same names, with
+// dashes) for the one sampler (common/sampling), plus --greedy and --seed.
+struct SamplingFlags {
+  bool greedy = false;
+  double temperature = 0, top_p = 1.0, min_p = 0, presence_penalty = 0, frequency_penalty = 0;
+  int64_t top_k = 0, seed = 0;
+  void Register(FlagSet& flags);
+  // Errors name the parameter out of range (CheckSampleParams).
+  absl::StatusOr<SamplingParams> Resolve() const;
+};
+
 // "1,2,3" -> {1,2,3}; errors name the flag and the bad item.
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& flag, const std::string& text);
 
