@@ -34,7 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools/oracle"))
 import chat_tasks  # noqa: E402
-import gen_oracle  # noqa: E402  (load_model, tf_record, mtp_teacher_forced; sets 1 torch thread)
+import oracle_runs  # noqa: E402  (greedy, forward_logits, tf_record, mtp_teacher_forced)
+import oracle_specs  # noqa: E402  (SCHEMA, TOPK, NEAR_TIE)
+import oracle_weights  # noqa: E402  (load_model; sets 1 torch thread)
 import train  # noqa: E402  (MODEL: the exact training config)
 
 # Fixed chat prompts: the demo's task types (the chat test checks the answers) + one with thinking on.
@@ -76,8 +78,8 @@ def sha256_file(path):
 
 
 def greedy_until_stop(model, prompt, stop, n):
-    """gen_oracle.greedy, stopping at a stop id, with margins rounded for the goldens file."""
-    toks, margins = gen_oracle.greedy(model, prompt, n, stop=stop)
+    """oracle_runs.greedy, stopping at a stop id, with margins rounded for the goldens file."""
+    toks, margins = oracle_runs.greedy(model, prompt, n, stop=stop)
     return toks, [round(m, 6) for m in margins]
 
 
@@ -93,7 +95,7 @@ def main():
     args = ap.parse_args()
 
     spec = {"arch": "glm", "config": dict(train.MODEL)}
-    model = gen_oracle.load_model(args.model, spec)
+    model = oracle_weights.load_model(args.model, spec)
     weights = load_file(os.path.join(args.model, "model.safetensors"))
     tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
     cfg = json.load(open(os.path.join(args.model, "config.json")))
@@ -113,9 +115,9 @@ def main():
             dropped.append({"name": name, "min_margin": min(margins), "answer": answer})
             continue
         seq = ids + toks
-        logits = gen_oracle.forward_logits(model, seq)
-        rec = gen_oracle.tf_record(logits, seq)
-        mtp = gen_oracle.mtp_teacher_forced(spec, weights, model, seq)
+        logits = oracle_runs.forward_logits(model, seq)
+        rec = oracle_runs.tf_record(logits, seq)
+        mtp = oracle_runs.mtp_teacher_forced(spec, weights, model, seq)
         # draft acceptance proxy on this sequence: MTP draft at slot j == main argmax at j+1
         acc = sum(int(mtp["draft_argmax"][j] == rec["argmax"][j + 1]) for j in range(len(seq) - 2))
         prompts.append({"name": name, "question": q, "text": text, "ids": ids,
@@ -125,11 +127,11 @@ def main():
 
     # held-out prose window (teacher-forced only; never seen in training)
     held = np.fromfile(args.heldout, dtype=np.uint16)[:96].astype(int).tolist()
-    hl = gen_oracle.forward_logits(model, held)
-    held_rec = dict(ids=held, **gen_oracle.tf_record(hl, held))
+    hl = oracle_runs.forward_logits(model, held)
+    held_rec = dict(ids=held, **oracle_runs.tf_record(hl, held))
 
     g = {
-        "schema": gen_oracle.SCHEMA,
+        "schema": oracle_specs.SCHEMA,
         "model": "glm-tiny-chat",
         "model_dir": os.path.relpath(args.model, ROOT),
         "architecture": "GlmMoeDsaForCausalLM",
@@ -141,11 +143,11 @@ def main():
         "checkpoint": {"file": "model.safetensors", "sha256": sha256_file(os.path.join(args.model, "model.safetensors")),
                        "mtp_layer_index": cfg["num_hidden_layers"]},
         "eos_token_id": sorted(stop),
-        "topk": gen_oracle.TOPK,
+        "topk": oracle_specs.TOPK,
         "prompts": prompts,
         "heldout_teacher_forced": held_rec,
         "dropped_near_tie_prompts": dropped,
-        "sanity": {"near_tie_margin": gen_oracle.NEAR_TIE, "min_margin_required": args.min_margin},
+        "sanity": {"near_tie_margin": oracle_specs.NEAR_TIE, "min_margin_required": args.min_margin},
     }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "goldens.json"), "w") as f:

@@ -43,46 +43,27 @@ from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mglm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools", "oracle"))
+from oracle_specs import GLM_ARCH  # noqa: E402
 
 VOCAB = 12288
 EOS_IDS = [12256, 12263, 12265]  # <|endoftext|>, <|user|>, <|observation|>
 PAD_ID = 12256
 
 MODEL = dict(
-    vocab_size=VOCAB,
-    hidden_size=128,
-    intermediate_size=384,
-    moe_intermediate_size=64,
-    num_hidden_layers=4,
-    first_k_dense_replace=1,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    n_shared_experts=1,
-    n_routed_experts=32,
-    num_experts_per_tok=4,
-    n_group=1,
-    topk_group=1,
-    routed_scaling_factor=2.5,
-    norm_topk_prob=True,
-    q_lora_rank=64,
-    kv_lora_rank=48,
-    qk_nope_head_dim=32,
-    qk_rope_head_dim=16,
-    v_head_dim=32,
-    index_n_heads=4,
-    index_head_dim=32,
-    index_topk=16,
-    indexer_types=["full", "shared", "full", "shared"],
-    hidden_act="silu",
-    max_position_embeddings=2048,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-    attention_bias=False,
-    bos_token_id=None,
-    pad_token_id=None,  # set to <|endoftext|> in the exported config; None here so its row trains
-    rope_interleave=True,
-    indexer_rope_interleave=True,
-    num_nextn_predict_layers=1,
+    GLM_ARCH,  # GLM-5's settings besides sizes, as every tiny GLM model (tools/oracle/oracle_specs.py)
+    # sizes: V, H, I (dense MLP), Im (routed expert); 4 layers, the first dense
+    vocab_size=VOCAB, hidden_size=128, intermediate_size=384, moe_intermediate_size=64,
+    num_hidden_layers=4, first_k_dense_replace=1,
+    # MLA: nh heads (nh KV heads), rq, rkv, dn, dr, dv
+    num_attention_heads=4, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=48,
+    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+    # MoE: E routed experts, K per token
+    n_routed_experts=32, num_experts_per_tok=4,
+    # DSA indexer: ih heads of id, top-k, full/shared layers
+    index_n_heads=4, index_head_dim=32, index_topk=16, indexer_types=["full", "shared", "full", "shared"],
+    max_position_embeddings=2048, rms_norm_eps=1e-5,
+    # pad_token_id (None, from GLM_ARCH) is set to <|endoftext|> in the exported config; None here so its row trains
     initializer_range=0.02,
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
 )
