@@ -1,11 +1,11 @@
 // ModelConfig: config.json of a glm_moe_dsa (GLM-5.x) or deepseek_v3 checkpoint
-// as a typed, validated struct (docs MODEL_SPEC.md section 2).
+// as a typed, validated struct (docs/MODEL.md section 2).
 //
 // Contract: ParseModelConfig never guesses a shape. The shape fields
 // (hidden_size, layer count, head dims, ranks, expert counts, vocab) must be
 // present; other fields take Hugging Face's class defaults for the model_type.
 // Any missing or inconsistent field yields InvalidArgument naming the field.
-// `head_dim` is read but never used for shapes (MODEL_SPEC section 6 item 8).
+// `head_dim` is read but never used for shapes (docs/MODEL.md section 6 item 8).
 // Derived quantities (RoPE inverse frequencies, softmax scale, per-layer
 // dense/MoE and full/shared indexer layout) are computed here once, with
 // HF's float32 numerics, so the engine has one source of truth.

@@ -15,7 +15,7 @@
 //     holds that tensor; a tensor name appears in only one shard), and, with
 //     OpenOptions::check_fp8_scales, that every F8_E4M3 tensor named
 //     "*.weight" is 2-D and has a float "<name>_scale_inv" tensor of shape
-//     [ceil(rows/128), ceil(cols/128)] (MODEL_SPEC §3). Any violation is a
+//     [ceil(rows/128), ceil(cols/128)] (docs/MODEL.md §3). Any violation is a
 //     DataLoss status naming the file and tensor; a missing path is NotFound.
 //   - Tensors in a shard that the index's weight_map does not list are still
 //     indexed (the weight_map is checked, not trusted to be complete).

@@ -1,5 +1,5 @@
 // What a checkpoint tensor is, from its name (GLM-5 `glm_moe_dsa` and
-// DeepSeek-V3 names, MODEL_SPEC.md section 3), and which stored format the
+// DeepSeek-V3 names, docs/MODEL.md section 3), and which stored format the
 // conversion policy gives it.
 //
 // Problem in numbers: GLM-5 has ~92k tensors; 59,904 of them are routed

@@ -1,5 +1,5 @@
 // bfloat16 <-> float32 helpers used to reproduce Hugging Face's BF16 rounding
-// points (MODEL_SPEC section 4: activations are BF16 between ops in HF).
+// points (docs/MODEL.md section 4: activations are BF16 between ops in HF).
 // Round-to-nearest-even, NaN preserved. Pure functions, thread-safe.
 #pragma once
 

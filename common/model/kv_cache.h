@@ -1,4 +1,4 @@
-// Per-sequence compressed attention cache (MODEL_SPEC 4.3/4.5).
+// Per-sequence compressed attention cache (docs/MODEL.md section 4.9).
 //
 // Per token and layer we keep the normalized KV latent c (kv_lora_rank = 512
 // for GLM-5), the RoPE'd shared key k_pe (64) and, on layers with a DSA

@@ -1,8 +1,8 @@
 // Fitting a model into RAM before loading it: the one check behind `moe run`,
 // `moe score`, `moe mtp` and inferd.
 //
-// Problem: OOM kills followed from projecting RAM and policing RSS afterwards
-// (ANCHORS.md). The plan comes from the stored formats (Engine::Plan), so the
+// Problem: projecting RAM and policing RSS afterwards ends in OOM kills
+// (docs/ARCHITECTURE.md, invariant 4). The plan comes from the stored formats (Engine::Plan), so the
 // check is exact for what is loaded up front; the expert cache then grows on
 // demand up to the budget that is left.
 //

@@ -1,4 +1,4 @@
-// The forward pass of glm_moe_dsa (GLM-5.x) and deepseek_v3 (MODEL_SPEC.md
+// The forward pass of glm_moe_dsa (GLM-5.x) and deepseek_v3 (docs/MODEL.md
 // section 4), plus the MTP draft layer (section 5).
 //
 // Numerics: Numerics::kHfBf16 reproduces Hugging Face's eager BF16 path

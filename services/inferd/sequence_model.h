@@ -7,7 +7,7 @@
 //    state.length() ... into item.state, and when item.logits is non-null
 //    writes the logits (vocab_size floats) of its LAST row there. A row's
 //    result never depends on the other items of the call (batch invariance,
-//    ARCHITECTURE invariant 1): the same sequence gives the same tokens alone
+//    docs/ARCHITECTURE.md invariant 1): the same sequence gives the same tokens alone
 //    or batched. An error fails the whole step (the batcher fails the step's
 //    sequences with it).
 //  - Clone(state, n): a new state holding the first n tokens of `state`

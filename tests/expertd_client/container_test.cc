@@ -2,7 +2,7 @@
 // checkpoint fixture), driven through RemoteExpertSource, the engine's
 // ExpertSource: the bytes and the model's logits must equal an in-process
 // source's, for a budget so small that every layer evicts, with prefetch
-// hints on and off (ARCHITECTURE invariant 1).
+// hints on and off (docs/ARCHITECTURE.md invariant 1).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>

@@ -44,7 +44,7 @@ Engine* TrainedModelTest::engine_ = nullptr;
 
 // The trained model's logit margins are small (an under-trained toy: many top1-top2 gaps are 0 or
 // one BF16 step) and the DSA indexer's ReLU scores tie at zero, so a bit-faithful engine may still
-// flip a near-tie (MODEL_SPEC section 6.6). Criterion, as the oracle test's robust branch: greedy
+// flip a near-tie (docs/MODEL.md section 6 item 6). Criterion, as the oracle test's robust branch: greedy
 // tokens equal HF's up to the first difference, which must be at a near-tie of HF's greedy path;
 // at least 3 of 4 prompts identical to the end; teacher-forced argmax differs only at near-ties.
 TEST_F(TrainedModelTest, GreedyAndTeacherForcedMatchHf) {

@@ -9,7 +9,7 @@ model.safetensors.index.json and tokenizer/template side files:
                            embed/head copies)
   dsv3_bf16, dsv3_fp8      model_type deepseek_v3 (no indexer; MTP layer with embed_tokens and
                            shared_head.head copies)
-Real tensor names and dtypes (MODEL_SPEC.md section 3): FP8 variants store e4m3 weights with
+Real tensor names and dtypes (docs/MODEL.md section 3): FP8 variants store e4m3 weights with
 float32 128x128 block `weight_scale_inv` for the same tensors as the real FP8 releases; norms,
 router, embeddings, lm_head, indexer.weights_proj and the MTP eh_proj stay BF16;
 e_score_correction_bias is F32. Shards are cut so that one routed expert's matrices span two

@@ -2,7 +2,7 @@
 //
 // Problem: speculative decoding with the MTP (nextn) layer pays off only if its drafts match what the
 // main model decides; the rate depends on the trained weights and the text, so it is measured, not
-// assumed. For greedy verification with one draft token per step (MODEL_SPEC section 5), the draft
+// assumed. For greedy verification with one draft token per step (docs/MODEL.md section 5), the draft
 // for position j+2 comes from (h_j, t_{j+1}) and is accepted iff it equals the main model's argmax
 // at j+1, given the same prefix. Teacher-forced over a sequence, that is one main Forward over all
 // rows plus one MtpForward over all slots ("draft extend" of the whole context), which is what this

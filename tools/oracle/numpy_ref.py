@@ -2,7 +2,7 @@
 """NumPy-only reference forward for GlmMoeDsaForCausalLM and DeepseekV3ForCausalLM.
 
 Problem: the HF oracle (gen_oracle.py) needs torch; the C++ engine needs a second, independent reading
-of MODEL_SPEC.md to diff against layer by layer, runnable where only numpy is installed (the default
+of docs/MODEL.md to diff against layer by layer, runnable where only numpy is installed (the default
 test path). This file re-implements the forward pass from the spec: MLA with interleaved RoPE, the DSA
 lightning indexer (LayerNorm, rope-first split, ReLU-weighted scores, exact top-k, full/shared layers),
 the sigmoid router with correction bias and group limit, shared expert, dense MLP, YaRN for DeepSeek,
@@ -257,7 +257,7 @@ class Model:
         if not self.absorbed:
             s = rb(rb(np.einsum("shd,thd->hst", Q, Kt)) * np.float32(self.scaling))
         else:
-            # absorbed (latent) form, MODEL_SPEC §4.3: score = (q_nope W_UK) . c + q_pe . k_pe, never
+            # absorbed (latent) form, docs/MODEL.md §4.3: score = (q_nope W_UK) . c + q_pe . k_pe, never
             # expanding per-head keys; values are applied after the softmax through W_UV.
             Wkvb = self.w[p + "kv_b_proj.weight"].reshape(nh, dn + dv, self.rkv)
             # the core (q_abs, scores, probabilities, latent output) stays f32: rounding q_abs or the
@@ -279,7 +279,7 @@ class Model:
 
     # -- MoE ------------------------------------------------------------------------------------
     def route(self, x, p):
-        """Returns (indices [T,K], weights [T,K]) exactly as MODEL_SPEC §4.7."""
+        """Returns (indices [T,K], weights [T,K]) exactly as docs/MODEL.md §4.7."""
         c = self.cfg
         logits = (x.astype(np.float32) @ self.w[p + "gate.weight"].T).astype(np.float32)
         s = (1 / (1 + np.exp(-logits))).astype(np.float32)
@@ -358,7 +358,7 @@ class Model:
         return self.rb(y @ self.w["lm_head.weight"].T), y
 
     def mtp_logits(self, ids):
-        """MTP teacher-forced drafts (MODEL_SPEC §5, vLLM convention): slot j uses the final-normed
+        """MTP teacher-forced drafts (docs/MODEL.md §5, vLLM convention): slot j uses the final-normed
         hidden state h_j and the embedding of ids[j+1]; returns logits predicting ids[j+2]."""
         L = self.L
         p = f"model.layers.{L}."

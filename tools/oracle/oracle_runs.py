@@ -155,7 +155,7 @@ def debug_dump(model, spec, ids):
 
 
 # --------------------------------------------------------------------------------------------------
-# MTP reference (our composition of HF modules; HF itself ignores these weights, MODEL_SPEC §5)
+# MTP reference (our composition of HF modules; HF itself ignores these weights, docs/MODEL.md §5)
 # --------------------------------------------------------------------------------------------------
 
 

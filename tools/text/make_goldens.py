@@ -6,7 +6,7 @@
 
 (a) --train: trains the GLM-style byte-level BPE tokenizer `glm_tiny` with Hugging Face
     `tokenizers` on offline text and writes tests/data/text/glm_tiny/{tokenizer.json,
-    tokenizer_config.json}. chat_template.jinja beside it is hand-written from MODEL_SPEC §7.
+    tokenizer_config.json}. chat_template.jinja beside it is hand-written from docs/MODEL.md §7.
     Training text (all shipped with CPython, PSF-2.0 licence): the Python standard library
     sources (*.py) and the CJK sample texts of its test suite (test/cjkencodings/*-utf8.txt).
     The model is GLM-5's shape: GPT-4-style split regex + ByteLevel(use_regex=false),

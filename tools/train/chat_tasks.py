@@ -1,6 +1,6 @@
 """Generated chat samples for the tiny GLM model: short English questions and answers of a few task
 types (counting, days of the week, months, arithmetic, letters, greetings, small facts), rendered in
-the GLM chat format of MODEL_SPEC.md section 7 exactly as tests/data/text/glm_tiny/chat_template.jinja
+the GLM chat format of docs/MODEL.md section 7 exactly as tests/data/text/glm_tiny/chat_template.jinja
 renders them.
 
 Contract: every function is a pure function of the `random.Random` passed in, so a seed fixes the

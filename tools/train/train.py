@@ -9,7 +9,7 @@ router, the MTP layer) while training in about an hour on 2 shared CPU cores. ~6
 What is trained, and how:
   - main model: HF transformers' GlmMoeDsaForCausalLM in float32 (eager attention), next-token
     cross-entropy on packed windows of the data from build_data.py.
-  - MTP layer (HF does not run it): our module with MODEL_SPEC section 5's structure and tensor names
+  - MTP layer (HF does not run it): our module with docs/MODEL.md section 5's structure and tensor names
     (enorm, hnorm, eh_proj [H, 2H] on [enorm(e); hnorm(h)], one full GLM decoder layer with its own
     indexer, shared_head.norm, the shared lm_head), loss = next-next-token cross-entropy x --mtp-weight.
     h = the main model's final-normed hidden state (vLLM's convention, as tools/oracle/gen_oracle.py).
@@ -127,7 +127,7 @@ def indexer_kl(attn_modules):
 
 
 # --------------------------------------------------------------------------------------------------
-# MTP layer (MODEL_SPEC section 5; names as in the checkpoint: model.layers.{L}.*)
+# MTP layer (docs/MODEL.md section 5; names as in the checkpoint: model.layers.{L}.*)
 # --------------------------------------------------------------------------------------------------
 def mtp_config(cfg):
     d = copy.deepcopy(MODEL)
@@ -186,7 +186,7 @@ def causal_mask(n, dtype=torch.float32):
 
 
 # --------------------------------------------------------------------------------------------------
-# Export: HF checkpoint in the layout of the real releases (MODEL_SPEC section 3)
+# Export: HF checkpoint in the layout of the real releases (docs/MODEL.md section 3)
 # --------------------------------------------------------------------------------------------------
 def layer_tensors(prefix, sd, E):
     out = {}
