@@ -15,7 +15,8 @@
 // Used by: the KV cache writer (common/model/kv_cache.cc), the converter's
 // shards and manifests (common/format/convert.cc), the expert manifest
 // (common/expertstore/record_locator.cc), the heat file
-// (common/expertstore/policy.cc), `moe heat --png` (tools/moe/cmd_heat_png.cc).
+// (common/expertstore/policy.cc), routing traces (common/expertstore/
+// routing_trace.cc), `moe heat --png` (tools/moe/cmd_heat_png.cc).
 // Tested by tests/base/atomic_file_test.cc (a process killed between write and
 // rename leaves the old file intact).
 // Thread safety: an AtomicFile belongs to one thread; distinct paths are
