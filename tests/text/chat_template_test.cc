@@ -222,7 +222,7 @@ TEST(ModelTextLoad, LoadsGlmTinyDirectory) {
   EXPECT_EQ(mt->stop_ids, want);
   auto chat = mt->EncodeChat(User("Hi"));
   ASSERT_TRUE(chat.ok()) << chat.status();
-  EXPECT_EQ(chat->prompt.text, "[gMASK]<sop><|user|>Hi<|assistant|><think>");  // MODEL_SPEC section 7
+  EXPECT_EQ(chat->prompt.text, "[gMASK]<sop><|user|>Hi<|assistant|><think>");  // docs/MODEL.md section 7
   EXPECT_TRUE(chat->opens_reasoning);
   ChatInputs off = User("Hi");
   off.kwargs["enable_thinking"] = false;
