@@ -19,12 +19,16 @@ absl::Status CheckSampleParams(const SampleParams& p) {
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p", "in [0, 1]", p.min_p);
   if (!std::isfinite(p.presence_penalty)) return bad("presence_penalty", "finite", p.presence_penalty);
   if (!std::isfinite(p.frequency_penalty)) return bad("frequency_penalty", "finite", p.frequency_penalty);
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    return bad("repetition_penalty", "> 0 and finite", p.repetition_penalty);
+  }
   return absl::OkStatus();
 }
 
 
 SampleResult Sample(std::span<const float> logits, const SampleParams& p,
-                    const std::unordered_map<int32_t, int32_t>& counts, int32_t top_logprobs, Rng& rng) {
+                    const std::unordered_map<int32_t, int32_t>& counts, int32_t top_logprobs, Rng& rng,
+                    const SampleOptions& opt) {
   const int64_t V = static_cast<int64_t>(logits.size());
   SampleResult r;
   // Raw log-softmax for reporting.
@@ -35,9 +39,52 @@ SampleResult Sample(std::span<const float> logits, const SampleParams& p,
   const double lse = mx + std::log(z);
 
   std::vector<float> l(logits.begin(), logits.end());
+  if (p.repetition_penalty != 1.0f && !opt.seen.empty()) {
+    std::vector<bool> done(V, false);
+    for (int32_t tok : opt.seen) {
+      if (tok < 0 || tok >= V || done[tok]) continue;
+      done[tok] = true;
+      l[tok] = l[tok] > 0 ? l[tok] / p.repetition_penalty : l[tok] * p.repetition_penalty;
+    }
+  }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     for (const auto& [tok, n] : counts) {
       if (tok >= 0 && tok < V && n > 0) l[tok] -= p.frequency_penalty * n + p.presence_penalty;
+    }
+  }
+  for (const auto& [tok, bias] : opt.logit_bias) {
+    if (tok >= 0 && tok < V) l[tok] += bias;
+  }
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (!opt.allowed.empty() || !opt.banned.empty()) {
+    std::vector<bool> banned(opt.banned.empty() ? 0 : V, false);
+    for (int32_t tok : opt.banned) {
+      if (tok >= 0 && tok < V) banned[tok] = true;
+    }
+    bool any_left = false;
+    for (int64_t i = 0; i < V; ++i) {
+      const bool legal = opt.allowed.empty() || MaskAllows(opt.allowed, static_cast<int32_t>(i));
+      if (!legal) {
+        l[i] = kNegInf;
+      } else if (!banned.empty() && banned[i]) {
+        continue;  // decided below: banned only while something else is legal
+      } else {
+        any_left = true;
+      }
+    }
+    if (any_left) {
+      for (int64_t i = 0; i < static_cast<int64_t>(banned.size()); ++i) {
+        if (banned[i]) l[i] = kNegInf;
+      }
+    }
+    // A legal token whose biased logit is -inf (logit_bias -100 on a huge scale cannot do
+    // that; a -inf input logit can) still has to be drawable: lift legal -inf to the floor.
+    bool finite = false;
+    for (float v : l) finite = finite || std::isfinite(v);
+    if (!finite) {
+      for (int64_t i = 0; i < V; ++i) {
+        if (opt.allowed.empty() || MaskAllows(opt.allowed, static_cast<int32_t>(i))) l[i] = 0.0f;
+      }
     }
   }
   int32_t chosen = 0;
@@ -88,7 +135,13 @@ SampleResult Sample(std::span<const float> logits, const SampleParams& p,
     for (int64_t i = 0; i < keep; ++i) total += prob[idx[i]];
     // 53-bit uniform in [0, 1) from the sequence's generator.
     double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * total;
-    chosen = idx[keep - 1];
+    chosen = idx[0];
+    for (int64_t i = keep; i-- > 0;) {  // rounding fallback: the last candidate that can be drawn
+      if (prob[idx[i]] > 0) {
+        chosen = idx[i];
+        break;
+      }
+    }
     double cum = 0;
     for (int64_t i = 0; i < keep; ++i) {
       cum += prob[idx[i]];

@@ -4,11 +4,17 @@
 // with it, so the same seed and parameters give the same tokens from the CLI
 // and from the API (tests/serving/engine_stack_test.py).
 //
-// Order: logits -> presence/frequency penalties (over the sequence's
-// generated tokens) -> temperature 0: argmax (first on ties) | else
-// softmax(l / T) -> top_k -> top_p -> min_p -> renormalize -> draw with the
-// sequence's RNG. Reported log-probabilities are log_softmax of the raw
-// logits (before penalties and filters), as vLLM reports them.
+// Order: logits -> repetition penalty (HF/vLLM: over prompt + generated
+// tokens, a positive logit divided by it, a negative one multiplied) ->
+// presence/frequency penalties (over the generated tokens) -> logit_bias ->
+// the allowed mask (structured outputs; token_constraint.h) and banned ids
+// (stop ids before min_tokens) set to -inf -> temperature 0: argmax (first on
+// ties) | else softmax(l / T) -> top_k -> top_p -> min_p -> renormalize ->
+// draw with the sequence's RNG. Reported log-probabilities are log_softmax of
+// the raw logits (before penalties, bias, masks and filters), as vLLM's
+// default raw_logprobs mode reports them.
+// A mask that leaves no token legal is the caller's bug: Sample then draws
+// from the mask alone (the constraint wins over banned ids and bias).
 // Determinism: the draw depends only on the logits, the parameters and the
 // sequence's RNG state -- never on other sequences of the batch.
 // Cost: O(V) per token plus O(V log V) only when top_p < 1 (V = 150k: ~2 ms).
@@ -25,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/sampling/token_constraint.h"
 
 namespace moe {
 
@@ -35,6 +42,20 @@ struct SampleParams {
   float min_p = 0.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;  // 1 = off; > 0
+};
+
+// Per-draw inputs beyond the parameters; every member optional (empty = none).
+struct SampleOptions {
+  // Structured outputs: MaskWords(V) words, bit set = legal (token_constraint.h).
+  std::span<const uint32_t> allowed;
+  // Ids that may not be drawn now (stop ids before min_tokens); ignored when the
+  // allowed mask would leave nothing else.
+  std::span<const int32_t> banned;
+  // OpenAI logit_bias: added to the logit of each id (after penalties).
+  std::span<const std::pair<int32_t, float>> logit_bias;
+  // Repetition penalty: ids seen in the prompt or the output (any order, repeats fine).
+  std::span<const int32_t> seen;
 };
 
 struct SampleResult {
@@ -46,11 +67,13 @@ struct SampleResult {
 using Rng = std::mt19937_64;
 
 // OK, or InvalidArgument naming the first parameter out of range (temperature
-// >= 0, top_p in (0, 1], top_k >= 0, min_p in [0, 1], finite penalties).
+// >= 0, top_p in (0, 1], top_k >= 0, min_p in [0, 1], finite penalties,
+// repetition_penalty > 0).
 absl::Status CheckSampleParams(const SampleParams& p);
 
 // `counts`: how often each token was generated so far. `top_logprobs` < 0: none.
 SampleResult Sample(std::span<const float> logits, const SampleParams& p,
-                    const std::unordered_map<int32_t, int32_t>& counts, int32_t top_logprobs, Rng& rng);
+                    const std::unordered_map<int32_t, int32_t>& counts, int32_t top_logprobs, Rng& rng,
+                    const SampleOptions& opt = {});
 
 }  // namespace moe
