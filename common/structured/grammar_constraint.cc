@@ -101,8 +101,8 @@ struct ConstraintCompiler::Impl {
 
 ConstraintCompiler::~ConstraintCompiler() = default;
 
-uint64_t VocabFingerprint(const std::vector<std::string>& token_texts, const std::vector<int32_t>& stop_ids) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over (length, bytes) of each text, then the stop ids
+uint64_t VocabFingerprint(const std::vector<std::string>& token_texts) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over (length, bytes) of each text
   auto mix = [&](uint64_t v) {
     for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
   };
@@ -111,9 +111,6 @@ uint64_t VocabFingerprint(const std::vector<std::string>& token_texts, const std
     mix(t.size());
     for (unsigned char c : t) h = (h ^ c) * 1099511628211ull;
   }
-  std::vector<int32_t> s = stop_ids;
-  std::sort(s.begin(), s.end());
-  for (int32_t id : s) mix(static_cast<uint64_t>(static_cast<uint32_t>(id)));
   return h;
 }
 
@@ -131,7 +128,7 @@ absl::StatusOr<std::unique_ptr<ConstraintCompiler>> ConstraintCompiler::Create(s
     }
   }
   auto c = std::unique_ptr<ConstraintCompiler>(new ConstraintCompiler());
-  c->fingerprint_ = VocabFingerprint(token_texts, stop_ids);
+  c->fingerprint_ = VocabFingerprint(token_texts);
   c->model_vocab_ = model_vocab;
   c->impl_ = std::make_unique<Impl>();
   c->impl_->stop_ids = stop_ids;

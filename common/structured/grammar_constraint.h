@@ -6,7 +6,7 @@
 // Vocabulary: token_texts[id] = the bytes the token contributes to the output text as the
 // gateway's detokenizer shows it to the output parser ("" for a token that never appears in
 // text: special tokens other than the chat format's markers; those can never be drawn under
-// a constraint). stop_ids end the output (legal only once the grammar is complete).
+// a constraint). stop_ids (the default; each request names its own) end the output (legal only once the grammar is complete).
 // model_vocab >= token_texts.size(): ids beyond the tokenizer (embedding padding) are never
 // legal. The gateway and the worker must agree on the texts: VocabFingerprint over them is
 // sent with every constrained request and a mismatch is refused (FailedPrecondition).
@@ -28,7 +28,8 @@
 
 namespace moe::structured {
 
-uint64_t VocabFingerprint(const std::vector<std::string>& token_texts, const std::vector<int32_t>& stop_ids);
+// Over the texts only: stop ids travel with each request (the matcher ends on those).
+uint64_t VocabFingerprint(const std::vector<std::string>& token_texts);
 
 struct CompileInfo {
   double compile_ms = 0;  // 0 when the compiler's cache had it

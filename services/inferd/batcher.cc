@@ -39,7 +39,23 @@ absl::Status Batcher::Submit(SeqRequest req, SeqCallback cb) {
     return absl::InvalidArgumentError(absl::StrCat("prompt (", n, " tokens) + max_tokens (", req.max_tokens,
                                                    ") exceeds the context of ", model_->max_context()));
   }
+  if (req.min_tokens < 0) return absl::InvalidArgumentError("min_tokens must be >= 0");
+  for (const auto& [tok, bias] : req.logit_bias) {
+    if (tok < 0 || tok >= model_->vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias token id ", tok, " outside the vocabulary (0..", model_->vocab_size() - 1, ")"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias for token ", tok, " must be in [-100, 100]"));
+    }
+  }
+  if (req.constraint && req.constraint->vocab_size() != model_->vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("constraint vocabulary ", req.constraint->vocab_size(),
+                                                   " differs from the model's ", model_->vocab_size()));
+  }
   auto s = std::make_unique<Seq>();
+  if (req.sampling.repetition_penalty != 1.0f) s->seen = req.prompt;
+  if (req.constraint) s->mask.resize(MaskWords(model_->vocab_size()));
   s->rng.seed(req.has_seed ? req.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32));
   s->req = std::move(req);
   s->cb = std::move(cb);
@@ -50,6 +66,7 @@ absl::Status Batcher::Submit(SeqRequest req, SeqCallback cb) {
         absl::StrCat("worker full: ", live_.size(), " live sequences (max ", config_.max_sequences, ")"));
   }
   if (live_.count(s->req.id)) return absl::AlreadyExistsError(absl::StrCat("request id ", s->req.id, " is live"));
+  if (s->req.constraint) ++stats_.constrained;
   live_[s->req.id] = s.get();
   incoming_.push_back(std::move(s));
   cv_.notify_all();
@@ -225,6 +242,8 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
   if (!st.ok()) {
     MOE_LOG(ERROR) << "step failed: " << st.ToString();
     std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.errors;
+    stats_.last_error = absl::StrCat("step failed: ", st.ToString());
     for (const auto& e : step.plan.entries) {
       Seq& s = *active_[e.index];
       EndSeq(s, EndReason::kError, st, out);
@@ -240,8 +259,27 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
       s.fed.insert(s.fed.end(), step.tokens[k].begin(), step.tokens[k].end());
       if (step.in[e.index].prefill_remaining > 0) s.prompt_fed += e.tokens;
       if (!e.samples) continue;
+      SampleOptions opt;
+      if (s.req.constraint && s.req.constraint->FillMask(s.mask)) opt.allowed = s.mask;
+      if (static_cast<int32_t>(s.generated.size()) < s.req.min_tokens) opt.banned = s.req.stop_token_ids;
+      opt.logit_bias = s.req.logit_bias;
+      opt.seen = s.seen;
       SampleResult r = Sample(std::span<const float>(logits.data() + (li++) * V, V), s.req.sampling, s.counts,
-                              s.req.logprobs, s.rng);
+                              s.req.logprobs, s.rng, opt);
+      if (s.req.constraint) {
+        if (absl::Status bad = s.req.constraint->Accept(r.token); !bad.ok()) {
+          // The sampler drew outside the mask: a bug, never a silent invalid output.
+          const absl::Status err = absl::InternalError(absl::StrCat("constrained sampling: ", bad.message()));
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.errors;
+          stats_.last_error = err.ToString();
+          EndSeq(s, EndReason::kError, err, out);
+          live_.erase(s.req.id);
+          active_[e.index].reset();
+          continue;
+        }
+      }
+      if (!s.seen.empty()) s.seen.push_back(r.token);
       s.generated.push_back(r.token);
       ++s.counts[r.token];
       s.pending = r.token;
@@ -285,10 +323,15 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
     double dt = std::chrono::duration<double>(now - rate_window_.front().first).count();
     stats_.tokens_per_second = dt > 0 ? (stats_.generated - rate_window_.front().second) / dt : 0;
     int waiting = 0;
+    int64_t kv = 0;
     for (auto& s : active_) {
       if (s && s->prompt_fed < static_cast<int64_t>(s->req.prompt.size())) ++waiting;
+      if (s && s->state) kv += s->state->bytes();
     }
     stats_.waiting = waiting;
+    stats_.kv_bytes = kv;
+    stats_.prefix_cache_bytes = prefix_.bytes();
+    stats_.prefix_cache_entries = static_cast<int64_t>(prefix_.size());
   }
 }
 

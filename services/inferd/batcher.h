@@ -8,6 +8,12 @@
 // (128). Prefix KV states of finished sequences are kept up to
 // `prefix_cache_bytes` and reused by new prompts that share a prefix.
 //
+// Per-token options (FeedBack): repetition penalty over prompt + output, logit_bias,
+// stop ids banned before min_tokens, and a structured-output constraint: its mask is filled
+// just before the draw and the drawn token accepted into it, so every token of a constrained
+// sequence is legal and a constrained sequence ends only with a stop token its grammar allows
+// (or by length). Masks are per sequence: the other rows of the step are untouched.
+//
 // Cancellation: Cancel(id) marks the sequence; the loop drops marked
 // sequences before planning each step, so a cancelled sequence takes part in
 // no step that starts after Cancel returned (Stats::max_steps_after_cancel
@@ -35,6 +41,7 @@
 #include "absl/status/status.h"
 #include "services/inferd/prefix_cache.h"
 #include "common/sampling/sampler.h"
+#include "common/sampling/token_constraint.h"
 #include "services/inferd/sequence_model.h"
 #include "services/inferd/step_planner.h"
 
@@ -56,6 +63,11 @@ struct SeqRequest {
   uint64_t seed = 0;
   int32_t logprobs = -1;
   std::vector<int32_t> stop_token_ids;
+  int32_t min_tokens = 0;  // stop_token_ids are banned until this many tokens were generated
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Structured output (token_constraint.h): every token is drawn under its mask and
+  // accepted into it; null = free.
+  std::shared_ptr<TokenConstraint> constraint;  // one per sequence, never shared between two
 };
 
 enum class EndReason { kStop, kLength, kCancelled, kError };
@@ -89,6 +101,12 @@ struct BatcherStats {
   // them; 0 when it does not). One per distinct (layer, expert) per step.
   int64_t expert_fetches = 0;
   int64_t last_step_expert_fetches = 0;
+  int64_t kv_bytes = 0;  // live sequences' KV (as of the last step)
+  int64_t prefix_cache_bytes = 0;
+  int64_t prefix_cache_entries = 0;
+  int64_t constrained = 0;  // sequences admitted with a constraint
+  int64_t errors = 0;
+  std::string last_error;
 };
 
 class Batcher {
@@ -116,6 +134,8 @@ class Batcher {
     int64_t cached = 0;
     std::vector<int32_t> generated;
     std::unordered_map<int32_t, int32_t> counts;
+    std::vector<int32_t> seen;  // prompt + generated (repetition penalty only)
+    std::vector<uint32_t> mask;  // constraint mask scratch
     int32_t pending = -1;  // sampled, not yet fed
     Rng rng;
     bool cancel = false;

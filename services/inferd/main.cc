@@ -13,8 +13,13 @@
 // layer); the model must then be a converted container (the one expertd
 // serves). Without it (a worker run alone), from the in-process
 // LocalExpertSource bounded by --expert-budget or what --ram-budget leaves.
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "common/model/engine_flags.h"
+#include "common/text/model_text.h"
+#include "common/text/output_vocab.h"
 #include "services/expertd_client/remote_expert_source.h"
 #include "services/inferd/engine_model.h"
 #include "services/inferd/service.h"
@@ -46,6 +51,22 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     if (!m.ok()) return m.status();
     (*m)->set_batched_forward(batched_forward_);
     return std::unique_ptr<moe::inferd::SequenceModel>(std::move(*m));
+  }
+  // Structured outputs: the model directory's tokenizer unless --tokenizer names another
+  // (a converted container usually has none: give the gateway's --tokenizer directory).
+  absl::StatusOr<moe::inferd::ConstraintVocab> Vocabulary(const std::string& tokenizer) override {
+    const std::string dir = tokenizer.empty() ? engine_.model : tokenizer;
+    if (tokenizer.empty() && !std::filesystem::exists(dir + "/tokenizer.json") &&
+        !std::filesystem::exists(dir + "/tokenizer.json.gz")) {
+      return absl::NotFoundError(absl::StrCat("no tokenizer.json in the model directory ", dir, " (give --tokenizer)"));
+    }
+    auto mt = moe::text::LoadModelText(dir, "");
+    if (!mt.ok()) return mt.status();
+    moe::inferd::ConstraintVocab v;
+    v.texts = moe::text::OutputTokenTexts(*mt->tokenizer, moe::text::OutputMarkers(mt->format));
+    v.stop_ids = mt->stop_ids;
+    v.source = absl::StrCat("tokenizer ", dir);
+    return v;
   }
 
  private:

@@ -44,13 +44,35 @@ grpc::Status InferdService::Generate(grpc::ServerContext* ctx, const GenerateReq
   r.sampling.min_p = sp.min_p();
   r.sampling.presence_penalty = sp.presence_penalty();
   r.sampling.frequency_penalty = sp.frequency_penalty();
+  r.sampling.repetition_penalty = sp.repetition_penalty() == 0.0f ? 1.0f : sp.repetition_penalty();
   r.has_seed = sp.has_seed();
   r.seed = sp.seed();
   r.logprobs = req->logprobs();
   r.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
+  r.min_tokens = req->min_tokens();
+  for (const auto& b : req->logit_bias()) r.logit_bias.emplace_back(b.token(), b.bias());
   if (absl::Status bad = CheckSampleParams(r.sampling); !bad.ok()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("sampling parameters out of range: ", bad.message()));
+    return Refuse(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("sampling parameters out of range: ", bad.message()));
+  }
+  if (!req->constraint().empty()) {
+    if (!compiler_) {
+      return Refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                    absl::StrCat("structured outputs are unavailable on this worker: ", vocab_note_));
+    }
+    if (req->vocab_fingerprint() != compiler_->fingerprint()) {
+      return Refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                    absl::StrCat("structured outputs: the sender's vocabulary (fingerprint ", req->vocab_fingerprint(),
+                                 ") is not this worker's (", compiler_->fingerprint(), ", ", vocab_note_,
+                                 "): give the worker the gateway's tokenizer (--tokenizer)"));
+    }
+    auto spec = structured::ConstraintSpecFromJson(req->constraint());
+    if (!spec.ok()) return Refuse(grpc::StatusCode::INVALID_ARGUMENT, std::string(spec.status().message()));
+    // Compiled here, on the call's thread: a new schema never stalls the batch.
+    structured::CompileInfo info;
+    auto c = compiler_->NewConstraint(*spec, r.stop_token_ids, &info);
+    if (!c.ok()) return Refuse(grpc::StatusCode::INVALID_ARGUMENT, std::string(c.status().message()));
+    compile_us_ += static_cast<int64_t>(info.compile_ms * 1000);
+    r.constraint = std::move(*c);
   }
   const std::string id = r.id;
   auto q = std::make_shared<CallQueue>();
@@ -61,7 +83,7 @@ grpc::Status InferdService::Generate(grpc::ServerContext* ctx, const GenerateReq
     }
     q->cv.notify_one();
   });
-  if (!st.ok()) return ToGrpc(st);
+  if (!st.ok()) return Refuse(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
   bool cancel_sent = false;
   while (true) {
     std::deque<SeqOutput> got;
@@ -109,6 +131,14 @@ grpc::Status InferdService::Generate(grpc::ServerContext* ctx, const GenerateReq
   }
 }
 
+grpc::Status InferdService::Refuse(grpc::StatusCode code, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    last_refusal_ = why;
+  }
+  return grpc::Status(code, why);
+}
+
 grpc::Status InferdService::Cancel(grpc::ServerContext*, const CancelRequest* req, CancelReply* reply) {
   reply->set_found(batcher_->Cancel(req->request_id()));
   return grpc::Status::OK;
@@ -121,6 +151,8 @@ grpc::Status InferdService::Health(grpc::ServerContext*, const HealthRequest*, H
   reply->set_vocab_size(model_->vocab_size());
   reply->set_active_sequences(s.active);
   reply->set_max_sequences(batcher_->config().max_sequences);
+  reply->set_vocab_fingerprint(compiler_ ? compiler_->fingerprint() : 0);
+  reply->set_constraint_vocab(vocab_note_);
   return grpc::Status::OK;
 }
 
@@ -140,6 +172,17 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
   reply->set_max_batch_rows(s.max_batch_rows);
   reply->set_expert_fetches(s.expert_fetches);
   reply->set_last_step_expert_fetches(s.last_step_expert_fetches);
+  reply->set_kv_bytes(s.kv_bytes);
+  reply->set_prefix_cache_bytes(s.prefix_cache_bytes);
+  reply->set_prefix_cache_capacity_bytes(batcher_->config().prefix_cache_bytes);
+  reply->set_prefix_cache_entries(s.prefix_cache_entries);
+  reply->set_constrained_sequences(s.constrained);
+  reply->set_constraint_compile_ms(static_cast<double>(compile_us_.load()) / 1000.0);
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    reply->set_last_error(!s.last_error.empty() ? s.last_error : last_refusal_);
+  }
+  reply->set_errors(s.errors);
   return grpc::Status::OK;
 }
 
@@ -149,12 +192,16 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   std::string listen = "unix:/tmp/moestream-inferd.sock";
   int64_t max_sequences = 64, max_step_tokens = 512, prefill_chunk = 128;
   uint64_t prefix_cache_bytes = uint64_t{1} << 30;
+  std::string tokenizer;
   FlagSet flags("inferd", "Inference worker: continuous batching over one model, served over gRPC.");
   flags.AddString("listen", &listen, "unix:/path or HOST:PORT (TCP binds only what is named)");
   flags.AddInt("max-sequences", &max_sequences, "live sequences at most (more: RESOURCE_EXHAUSTED)");
   flags.AddInt("max-step-tokens", &max_step_tokens, "tokens fed per step (decode rows + prefill chunks)");
   flags.AddInt("prefill-chunk", &prefill_chunk, "largest prompt chunk per sequence per step");
   flags.AddBytes("prefix-cache-bytes", &prefix_cache_bytes, "KV of finished sequences kept for prefix reuse");
+  flags.AddString("tokenizer", &tokenizer,
+                  "vocabulary for structured outputs: a directory with tokenizer.json (the gateway's), 'none', or "
+                  "empty = the model's own when it has one");
   factory.AddFlags(flags);
   if (auto code = ParseServiceFlags("inferd", flags, argc, argv)) return *code;
   if (max_sequences < 1 || max_step_tokens < 1 || prefill_chunk < 1) {
@@ -172,7 +219,28 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   bc.prefill_chunk = prefill_chunk;
   bc.prefix_cache_bytes = static_cast<int64_t>(prefix_cache_bytes);
   Batcher batcher(model->get(), bc);
-  InferdService service(&batcher, model->get());
+  std::unique_ptr<structured::ConstraintCompiler> compiler;
+  std::string vocab_note;
+  if (tokenizer == "none") {
+    vocab_note = "--tokenizer none";
+  } else if (auto vocab = factory.Vocabulary(tokenizer); !vocab.ok()) {
+    if (!tokenizer.empty() || !absl::IsNotFound(vocab.status())) {
+      std::cerr << "inferd: --tokenizer: " << vocab.status().message() << "\n";
+      return 1;
+    }
+    vocab_note = std::string(vocab.status().message());
+    MOE_LOG(INFO) << "inferd: structured outputs off: " << vocab_note;
+  } else {
+    auto c = structured::ConstraintCompiler::Create(vocab->texts, vocab->stop_ids, (*model)->vocab_size());
+    if (!c.ok()) {
+      std::cerr << "inferd: --tokenizer: " << c.status().message() << "\n";
+      return 1;
+    }
+    compiler = std::move(*c);
+    vocab_note = vocab->source;
+    MOE_LOG(INFO) << "inferd: structured outputs over " << vocab->texts.size() << " token texts from " << vocab->source;
+  }
+  InferdService service(&batcher, model->get(), compiler.get(), vocab_note);
   if (listen.rfind("unix:", 0) == 0) ::unlink(listen.substr(5).c_str());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials());

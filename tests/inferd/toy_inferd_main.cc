@@ -1,5 +1,6 @@
 // inferd over the toy test model (see toy_model.h): for serving tests and
 // the load tool, never for users.
+#include "common/text/output_vocab.h"
 #include "services/inferd/service.h"
 #include "tests/inferd/toy_model.h"
 
@@ -18,6 +19,11 @@ class ToyFactory final : public moe::inferd::ModelFactory {
     c.row_us = row_us_;
     c.max_context = context_;
     return std::unique_ptr<moe::inferd::SequenceModel>(std::make_unique<moe::inferd::testing::ToyModel>(c));
+  }
+  // The byte-level vocabulary of the gateway's ByteCodec.
+  absl::StatusOr<moe::inferd::ConstraintVocab> Vocabulary(const std::string& tokenizer) override {
+    if (!tokenizer.empty()) return absl::InvalidArgumentError("the toy worker's vocabulary is byte-level only");
+    return moe::inferd::ConstraintVocab{moe::text::ByteLevelTexts(), {moe::text::kByteLevelEos}, "byte-level"};
   }
 
  private:
