@@ -4,12 +4,22 @@
 
 namespace moe::text {
 
-std::vector<std::string> OutputMarkers(ChatFormat format) {
-  switch (format) {
-    case ChatFormat::kGlm:
+#define FW "\xEF\xBD\x9C"  // U+FF5C FULLWIDTH VERTICAL LINE
+#define LB "\xE2\x96\x81"  // U+2581 LOWER ONE EIGHTH BLOCK
+
+std::vector<std::string> OutputMarkers(ChatFamily family) {
+  switch (family) {
+    case ChatFamily::kGlm:
       return {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
               "</arg_value>"};
-    case ChatFormat::kDeepSeekV3:
+    case ChatFamily::kQwen:
+      return {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+    case ChatFamily::kDeepSeekV3:
+    case ChatFamily::kDeepSeekV31:
+      return {"<think>", "</think>", "<" FW "tool" LB "calls" LB "begin" FW ">", "<" FW "tool" LB "calls" LB "end" FW ">",
+              "<" FW "tool" LB "call" LB "begin" FW ">", "<" FW "tool" LB "call" LB "end" FW ">",
+              "<" FW "tool" LB "sep" FW ">"};
+    case ChatFamily::kPlain:
       return {"<think>", "</think>"};
   }
   return {};
@@ -33,5 +43,8 @@ std::vector<std::string> ByteLevelTexts() {
   out.push_back("");
   return out;
 }
+
+#undef FW
+#undef LB
 
 }  // namespace moe::text

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "common/text/chat.h"
+#include "common/text/chat_parser.h"
 #include "common/text/tokenizer.h"
 
 namespace moe::text {
 
-// The control tags the output parser of `format` reads (GLM: reasoning and tool-call tags).
-std::vector<std::string> OutputMarkers(ChatFormat format);
+// The control tags the output parser of `family` reads (reasoning and tool-call tags).
+std::vector<std::string> OutputMarkers(ChatFamily family);
 
 // texts[id] for id in [0, tokenizer.vocab_size()).
 std::vector<std::string> OutputTokenTexts(const Tokenizer& tokenizer, const std::vector<std::string>& markers);

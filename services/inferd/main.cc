@@ -60,10 +60,12 @@ class EngineFactory final : public moe::inferd::ModelFactory {
         !std::filesystem::exists(dir + "/tokenizer.json.gz")) {
       return absl::NotFoundError(absl::StrCat("no tokenizer.json in the model directory ", dir, " (give --tokenizer)"));
     }
-    auto mt = moe::text::LoadModelText(dir, "");
+    moe::text::ModelTextOptions mo;
+    mo.require_chat = false;
+    auto mt = moe::text::LoadModelText(dir, mo);
     if (!mt.ok()) return mt.status();
     moe::inferd::ConstraintVocab v;
-    v.texts = moe::text::OutputTokenTexts(*mt->tokenizer, moe::text::OutputMarkers(mt->format));
+    v.texts = moe::text::OutputTokenTexts(*mt->tokenizer, moe::text::OutputMarkers(mt->family));
     v.stop_ids = mt->stop_ids;
     v.source = absl::StrCat("tokenizer ", dir);
     return v;
