@@ -98,11 +98,11 @@ absl::StatusOr<ojson> Body(const ConstraintSpec& s) {
       }
       if (s.named_tool) return tags[0];
       return ojson{{"type", "triggered_tags"},
-                   {"triggers", ojson::array({s.tool_syntax.begin})},
+                   {"triggers", ojson::array({s.tool_syntax.start()})},
                    {"tags", tags},
                    {"at_least_one", s.tools_required},
                    {"stop_after_first", s.single_call},
-                   {"excludes", Excludes(s, s.tool_syntax.begin)}};
+                   {"excludes", Excludes(s, s.tool_syntax.start())}};
     }
     case Kind::kNone:
     case Kind::kLark:
@@ -158,7 +158,8 @@ std::string ToJson(const ConstraintSpec& s) {
            {{"begin", s.tool_syntax.begin},
             {"after_name", s.tool_syntax.after_name},
             {"style", s.tool_syntax.style},
-            {"end", s.tool_syntax.end}}},
+            {"end", s.tool_syntax.end},
+            {"trigger", s.tool_syntax.trigger}}},
           {"tools_required", s.tools_required},
           {"named_tool", s.named_tool},
           {"single_call", s.single_call},
@@ -191,7 +192,8 @@ absl::StatusOr<ConstraintSpec> ConstraintSpecFromJson(const std::string& text) {
     }
     const ojson& ts = j.at("tool_syntax");
     s.tool_syntax = {ts.at("begin").get<std::string>(), ts.at("after_name").get<std::string>(),
-                     ts.at("style").get<std::string>(), ts.at("end").get<std::string>()};
+                     ts.at("style").get<std::string>(), ts.at("end").get<std::string>(),
+                     ts.at("trigger").get<std::string>()};
     s.tools_required = j.at("tools_required").get<bool>();
     s.named_tool = j.at("named_tool").get<bool>();
     s.single_call = j.at("single_call").get<bool>();

@@ -43,6 +43,8 @@ struct ToolSyntax {
   std::string after_name;
   std::string style = "glm_xml";
   std::string end = "</tool_call>";
+  std::string trigger;  // the text that starts a call in free text ("" = begin)
+  const std::string& start() const { return trigger.empty() ? begin : trigger; }
 };
 
 struct ToolFunction {

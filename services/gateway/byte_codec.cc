@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/json.h"
+#include "common/text/output_vocab.h"
 #include "common/base/status.h"
 
 namespace moe::gateway {
@@ -44,9 +45,9 @@ absl::StatusOr<ChatPromptIds> ByteCodec::EncodeChat(const ChatRequest& request) 
   return p;
 }
 
-std::string ByteCodec::TokenBytes(int32_t id) const {
-  if (id >= 0 && id < 256) return std::string(1, static_cast<char>(id));
-  return "";  // special tokens render as nothing
+const std::vector<std::string>& ByteCodec::TokenTexts() const {
+  static const std::vector<std::string> texts = text::ByteLevelTexts();  // the end token renders as nothing
+  return texts;
 }
 
 namespace {

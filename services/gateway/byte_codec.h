@@ -25,7 +25,13 @@ class ByteCodec final : public TextCodec {
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
   // chat_template_kwargs: refused (this template has no variables).
   absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const override;
-  std::string TokenBytes(int32_t id) const override;
+  std::string TokenBytesWithSpecial(int32_t id) const override { return TokenBytes(id); }
+  const std::vector<std::string>& TokenTexts() const override;
+  std::vector<std::string> OutputMarkers() const override { return {"<think>", "</think>", "<tool_call>", "</tool_call>"}; }
+  // <tool_call>NAME ARGS</tool_call>, ARGS a JSON object.
+  std::optional<structured::ToolSyntax> ToolCallSyntax() const override {
+    return structured::ToolSyntax{"<tool_call>", " ", "json", "</tool_call>", ""};
+  }
   std::vector<int32_t> StopTokenIds() const override { return {kEos}; }
   std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request, bool opens_reasoning) const override;
 

@@ -66,8 +66,17 @@ class GrpcSeq final : public SeqHandle {
     s->set_frequency_penalty(p.sampling.frequency_penalty);
     s->set_has_seed(p.sampling.has_seed);
     s->set_seed(p.sampling.seed);
+    s->set_repetition_penalty(p.sampling.repetition_penalty);
     req.set_logprobs(p.logprobs);
     req.mutable_stop_token_ids()->Assign(p.stop_token_ids.begin(), p.stop_token_ids.end());
+    req.set_min_tokens(p.min_tokens);
+    for (const auto& [tok, bias] : p.logit_bias) {
+      auto* b = req.add_logit_bias();
+      b->set_token(tok);
+      b->set_bias(bias);
+    }
+    req.set_constraint(p.constraint);
+    req.set_vocab_fingerprint(p.vocab_fingerprint);
     auto reader = impl_->stub->Generate(&ctx_, req);
     pb::GenerateEvent ev;
     bool finished = false;

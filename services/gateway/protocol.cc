@@ -1,5 +1,7 @@
 #include "services/gateway/protocol.h"
 
+#include "services/gateway/request_fields.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -192,26 +194,7 @@ Err ParseCommon(const json& o, const ProtocolLimits& limits, bool chat, CommonRe
     c->logprobs = present ? static_cast<int32_t>(lp) : -1;
   }
 
-  // Known fields we cannot honour: a clear 400, never silently ignored.
-  auto rf = o.find("response_format");
-  if (rf != o.end() && !rf->is_null()) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
-      return TypeError("response_format", "an object with a string 'type'");
-    }
-    std::string t = (*rf)["type"].get<std::string>();
-    if (t == "json_object" || t == "json_schema") {
-      return BadRequest("response_format type '" + t +
-                            "' is not supported until constrained decoding exists; "
-                            "this server would not guarantee valid JSON output",
-                        "response_format", "unsupported_value");
-    }
-    if (t != "text") return BadRequest("unknown response_format type '" + t + "'", "response_format.type");
-  }
-  auto lb = o.find("logit_bias");
-  if (lb != o.end() && !lb->is_null()) {
-    if (!lb->is_object()) return TypeError("logit_bias", "an object");
-    if (!lb->empty()) return BadRequest("'logit_bias' is not supported", "logit_bias", "unsupported_parameter");
-  }
+  if (auto e = ParseSamplingExtras(o, c)) return e;
   return std::nullopt;
 }
 
@@ -377,8 +360,7 @@ Err ParseTools(const json& o, ChatRequest* r) {
       return TypeError("tool_choice", "a string or an object");
     }
   }
-  bool parallel = true;
-  return ReadBool(o, "parallel_tool_calls", &parallel);
+  return ReadBool(o, "parallel_tool_calls", &r->parallel_tool_calls);
 }
 
 // Parses the body, refusing JSON nested deeper than the limit before building it.
@@ -412,18 +394,24 @@ Err ParseTemplateKwargs(const json& o, bool* present) {
 std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLimits& limits, ChatRequest* out) {
   json o;
   if (auto e = ParseBody(body, limits.max_json_depth, &o)) return e;
+  if (auto e = CheckKnownFields(o, /*chat=*/true)) return e;
   if (auto e = ParseMessages(o, limits.max_json_depth, &out->messages)) return e;
   if (auto e = ParseCommon(o, limits, /*chat=*/true, &out->common)) return e;
   if (auto e = ParseTools(o, out)) return e;
+  if (auto e = ReadString(o, "reasoning_effort", &out->reasoning_effort, "reasoning_effort")) return e;
   bool kwargs = false;
   if (auto e = ParseTemplateKwargs(o, &kwargs)) return e;
-  if (!out->tools.is_null() || kwargs) {
+  const bool structured = HasStructuredOutput(o);
+  if (!out->tools.is_null() || kwargs || structured) {
     // Validated above on the (key-sorted) json; keep the client's key order (the chat
     // template renders them; a model was trained on definitions in the order people write them).
     nlohmann::ordered_json ordered;
     if (auto e = ParseBody(body, limits.max_json_depth, &ordered)) return e;
     if (!out->tools.is_null()) out->tools = ordered["tools"];
     if (kwargs) out->chat_template_kwargs = ordered["chat_template_kwargs"];
+    if (structured) {
+      if (auto e = ParseStructuredOutput(ordered, &out->common.structured)) return e;
+    }
   }
   return std::nullopt;
 }
@@ -432,45 +420,67 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, const Prot
                                                CompletionRequest* out) {
   json o;
   if (auto e = ParseBody(body, limits.max_json_depth, &o)) return e;
+  if (auto e = CheckKnownFields(o, /*chat=*/false)) return e;
   auto p = o.find("prompt");
   if (p == o.end() || p->is_null()) return BadRequest("'prompt' is required", "prompt", "missing_required_parameter");
-  auto read_ids = [&](const json& arr, const std::string& param) -> Err {
+  auto read_ids = [&](const json& arr, const std::string& param, CompletionRequest::Prompt* into) -> Err {
     if (arr.empty()) return BadRequest("'" + param + "' must not be empty", param);
     for (size_t i = 0; i < arr.size(); ++i) {
       if (!arr[i].is_number_integer() || arr[i].get<int64_t>() < 0 ||
           arr[i].get<int64_t>() > std::numeric_limits<int32_t>::max()) {
         return TypeError(param + "[" + std::to_string(i) + "]", "a non-negative token id");
       }
-      out->prompt_tokens.push_back(static_cast<int32_t>(arr[i].get<int64_t>()));
+      into->tokens.push_back(static_cast<int32_t>(arr[i].get<int64_t>()));
     }
-    out->prompt_is_tokens = true;
+    into->is_tokens = true;
     return std::nullopt;
   };
   if (p->is_string()) {
-    out->prompt_text = p->get<std::string>();
+    out->prompts.push_back({false, p->get<std::string>(), {}});
   } else if (p->is_array()) {
     if (p->empty()) return BadRequest("'prompt' must not be empty", "prompt");
     const json& first = (*p)[0];
-    if (p->size() != 1 && (first.is_string() || first.is_array())) {
-      return BadRequest("batched prompts are not supported: send one prompt per request (use 'n' for several "
-                        "completions)",
-                        "prompt", "unsupported_value");
-    }
-    if (first.is_string()) {
-      out->prompt_text = first.get<std::string>();
-    } else if (first.is_array()) {
-      if (auto e = read_ids(first, "prompt[0]")) return e;
+    if (first.is_string() || first.is_array()) {
+      // A batch: each entry a string or an array of token ids.
+      if (static_cast<int>(p->size()) > limits.max_prompts) {
+        return BadRequest("'prompt' holds " + std::to_string(p->size()) + " prompts; at most " +
+                              std::to_string(limits.max_prompts) + " are allowed",
+                          "prompt");
+      }
+      for (size_t i = 0; i < p->size(); ++i) {
+        const json& e = (*p)[i];
+        const std::string param = "prompt[" + std::to_string(i) + "]";
+        CompletionRequest::Prompt one;
+        if (e.is_string()) {
+          one.text = e.get<std::string>();
+        } else if (e.is_array()) {
+          if (auto err = read_ids(e, param, &one)) return err;
+        } else {
+          return TypeError(param, "a string or an array of token ids (as prompt[0])");
+        }
+        out->prompts.push_back(std::move(one));
+      }
     } else {
-      if (auto e = read_ids(*p, "prompt")) return e;
+      CompletionRequest::Prompt one;
+      if (auto e = read_ids(*p, "prompt", &one)) return e;
+      out->prompts.push_back(std::move(one));
     }
   } else {
-    return TypeError("prompt", "a string, an array of token ids, or an array with one of those");
+    return TypeError("prompt", "a string, an array of token ids, or an array of those");
   }
   if (auto e = ParseCommon(o, limits, /*chat=*/false, &out->common)) return e;
   if (out->common.max_tokens < 0 && !o.contains("max_tokens")) out->common.max_tokens = 16;  // OpenAI default
-  bool echo = false;
-  if (auto e = ReadBool(o, "echo", &echo)) return e;
-  if (echo) return BadRequest("'echo' is not supported", "echo", "unsupported_parameter");
+  if (auto e = ReadBool(o, "echo", &out->echo)) return e;
+  if (out->echo && out->common.logprobs >= 0) {
+    return BadRequest("'echo' with 'logprobs' is not supported: this server does not compute the prompt's "
+                      "log-probabilities (echo alone is)",
+                      "echo", "unsupported_value");
+  }
+  if (HasStructuredOutput(o)) {
+    nlohmann::ordered_json ordered;
+    if (auto e = ParseBody(body, limits.max_json_depth, &ordered)) return e;
+    if (auto e = ParseStructuredOutput(ordered, &out->common.structured)) return e;
+  }
   auto sfx = o.find("suffix");
   if (sfx != o.end() && !sfx->is_null()) {
     return BadRequest("'suffix' is not supported", "suffix", "unsupported_parameter");
@@ -569,7 +579,12 @@ json ChatCompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult
   for (const auto& c : choices) {
     json msg{{"role", "assistant"}};
     msg["content"] = (c.text.empty() && !c.tool_calls.is_null()) ? json(nullptr) : json(ValidUtf8(c.text));
-    if (!c.reasoning.empty()) msg["reasoning_content"] = ValidUtf8(c.reasoning);
+    if (!c.reasoning.empty()) {
+      // Both spellings: vLLM's current clients read "reasoning", older ones and SGLang
+      // "reasoning_content".
+      msg["reasoning_content"] = ValidUtf8(c.reasoning);
+      msg["reasoning"] = msg["reasoning_content"];
+    }
     if (!c.tool_calls.is_null()) msg["tool_calls"] = c.tool_calls;
     cs.push_back(json{{"index", c.index},
                       {"message", msg},
@@ -598,6 +613,7 @@ json ChatChunkJson(const ResponseMeta& meta, int index, const json& delta, const
   if (d.contains("content") && d["content"].is_string()) d["content"] = ValidUtf8(d["content"].get<std::string>());
   if (d.contains("reasoning_content") && d["reasoning_content"].is_string()) {
     d["reasoning_content"] = ValidUtf8(d["reasoning_content"].get<std::string>());
+    d["reasoning"] = d["reasoning_content"];
   }
   json choice{{"index", index},
               {"delta", d},

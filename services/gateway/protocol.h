@@ -6,10 +6,10 @@
 // arguments) nests at most max_json_depth levels, so no later walk recurses unboundedly;
 // every field we know is type-checked and range-checked;
 // the first problem found is returned as a 400 ApiError whose `param` names
-// the field (e.g. "messages[2].content", "stop[1]"). Unknown top-level fields
-// are ignored (clients send vendor extras); known fields we cannot honour
-// (response_format json_object/json_schema, logit_bias, echo, suffix,
-// best_of != n) are rejected with a 400 — never silently ignored.
+// the field (e.g. "messages[2].content", "stop[1]"). An unknown top-level field
+// is a 400 naming it (request_fields.h holds the table); known fields we cannot
+// honour (suffix, best_of != n, echo with logprobs) are rejected with a 400 —
+// never silently ignored.
 // Thread safety: pure functions.
 #pragma once
 
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/base/json.h"
+#include "common/structured/constraint_spec.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/api_error.h"
 #include "services/gateway/worker.h"
@@ -33,7 +34,16 @@ struct ProtocolLimits {
   int max_stop = 16;
   int max_top_logprobs = 20;
   int max_completion_logprobs = 5;  // legacy completions `logprobs`
+  int max_prompts = 32;             // prompts in one /v1/completions batch
   int max_json_depth = kDefaultMaxJsonDepth;  // deeper request JSON is a 400 (--max-json-depth)
+};
+
+// What the request asked its output to follow (request_fields.h); kind kNone = free.
+struct StructuredOutput {
+  std::string param;  // the field that asked ("response_format", "guided_regex", ...): errors name it
+  structured::ConstraintSpec::Kind kind = structured::ConstraintSpec::Kind::kNone;
+  std::string source;  // schema JSON (client's key order), regex, grammar, or choice JSON
+  bool strict = false;
 };
 
 // Fields shared by both endpoints.
@@ -47,6 +57,13 @@ struct CommonRequest {
   bool stream = false;
   bool include_usage = false;
   std::string user;
+  StructuredOutput structured;
+  int32_t min_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // the client's, beyond the model's own
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct ChatMessage {
@@ -70,6 +87,8 @@ struct ChatRequest {
   nlohmann::ordered_json tools;
   std::string tool_choice;     // "none", "auto", "required", or a function name
   bool tool_choice_named = false;
+  bool parallel_tool_calls = true;  // false: at most one call (enforced by the constraint)
+  std::string reasoning_effort;     // a template variable (refused when the template does not read it)
   // chat_template_kwargs (vLLM/SGLang convention): variables for the model's chat template
   // (enable_thinking, clear_thinking, reasoning_effort, ...), in the client's key order; the
   // text codec refuses names the template does not read.
@@ -78,9 +97,15 @@ struct ChatRequest {
 
 struct CompletionRequest {
   CommonRequest common;
-  bool prompt_is_tokens = false;
-  std::string prompt_text;
-  std::vector<int32_t> prompt_tokens;
+  // One entry per prompt of the batch (a string, token ids, or an array of either); each is
+  // text (prompt_texts[i], tokens empty) or token ids.
+  struct Prompt {
+    bool is_tokens = false;
+    std::string text;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Prompt> prompts;
+  bool echo = false;  // the prompt's text leads each choice's text
 };
 
 std::optional<ApiError> ParseChatRequest(std::string_view body, const ProtocolLimits& limits,

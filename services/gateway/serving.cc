@@ -8,6 +8,7 @@
 #include "common/base/json.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "common/structured/grammar_constraint.h"
 #include "services/gateway/sse.h"
 #include "services/gateway/stop_matcher.h"
 
@@ -31,13 +32,15 @@ OpenAIServing::OpenAIServing(ServingConfig config, const TextCodec* codec, Seque
       placer_(placer),
       admission_(admission),
       metrics_(metrics),
-      rng_(std::random_device{}()) {}
+      rng_(std::random_device{}()),
+      vocab_fingerprint_(structured::VocabFingerprint(codec->TokenTexts())) {}
 
 ProtocolLimits OpenAIServing::limits() const {
   ProtocolLimits l;
   l.model_names = {config_.model_name};
   l.max_n = config_.max_n;
   l.max_json_depth = config_.max_json_depth;
+  l.max_prompts = config_.max_prompts;
   return l;
 }
 
@@ -61,29 +64,65 @@ json OpenAIServing::ModelsJson() const {
 }
 
 std::optional<ApiError> OpenAIServing::Admit(PreparedRequest* req, const std::string& key) {
-  const int64_t n = static_cast<int64_t>(req->prompt.size());
-  if (n == 0) return BadRequest("the prompt is empty", req->chat ? "messages" : "prompt");
-  for (int32_t id : req->prompt) {
-    if (id < 0 || id >= codec_->vocab_size()) {
-      return BadRequest(absl::StrCat("token id ", id, " is outside the vocabulary (0..", codec_->vocab_size() - 1, ")"),
-                        "prompt");
+  const std::string pparam = req->chat ? "messages" : "prompt";
+  int64_t longest = 0;
+  for (size_t k = 0; k < req->prompts.size(); ++k) {
+    const std::vector<int32_t>& prompt = req->prompts[k];
+    const std::string param = req->prompts.size() > 1 ? absl::StrCat("prompt[", k, "]") : pparam;
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    if (n == 0) return BadRequest("the prompt is empty", param);
+    for (int32_t id : prompt) {
+      if (id < 0 || id >= codec_->vocab_size()) {
+        return BadRequest(absl::StrCat("token id ", id, " is outside the vocabulary (0..", codec_->vocab_size() - 1, ")"),
+                          param);
+      }
     }
-  }
-  if (n >= config_.max_context) {
-    return BadRequest(absl::StrCat("This model's maximum context length is ", config_.max_context,
-                                   " tokens, but the prompt has ", n, " tokens; the prompt is never truncated"),
-                      req->chat ? "messages" : "prompt", "context_length_exceeded");
-  }
-  if (req->common.max_tokens > 0) {
-    if (n + req->common.max_tokens > config_.max_context) {
+    if (n >= config_.max_context) {
+      return BadRequest(absl::StrCat("This model's maximum context length is ", config_.max_context,
+                                     " tokens, but the prompt has ", n, " tokens; the prompt is never truncated"),
+                        param, "context_length_exceeded");
+    }
+    if (req->common.max_tokens > 0 && n + req->common.max_tokens > config_.max_context) {
       return BadRequest(absl::StrCat("This model's maximum context length is ", config_.max_context,
                                      " tokens; the prompt has ", n, " tokens and max_tokens asks for ",
                                      req->common.max_tokens, " more (", n + req->common.max_tokens, " in all)"),
                         "max_tokens", "context_length_exceeded");
     }
-    req->max_tokens = req->common.max_tokens;
-  } else {
-    req->max_tokens = static_cast<int32_t>(config_.max_context - n);
+    longest = std::max(longest, n);
+  }
+  req->max_tokens = req->common.max_tokens > 0 ? req->common.max_tokens
+                                               : static_cast<int32_t>(config_.max_context - longest);
+  if (req->common.min_tokens > req->max_tokens) {
+    return BadRequest(absl::StrCat("'min_tokens' (", req->common.min_tokens, ") exceeds the tokens this request can "
+                                   "generate (", req->max_tokens, ")"),
+                      "min_tokens");
+  }
+  for (size_t k = 0; k < req->common.stop_token_ids.size(); ++k) {
+    const int32_t id = req->common.stop_token_ids[k];
+    if (id >= codec_->vocab_size()) {
+      return BadRequest(absl::StrCat("stop token id ", id, " is outside the vocabulary (0..", codec_->vocab_size() - 1,
+                                     ")"),
+                        absl::StrCat("stop_token_ids[", k, "]"));
+    }
+  }
+  for (const auto& [id, bias] : req->common.logit_bias) {
+    if (id >= codec_->vocab_size()) {
+      return BadRequest(absl::StrCat("logit_bias token id ", id, " is outside the vocabulary (0..",
+                                     codec_->vocab_size() - 1, ")"),
+                        absl::StrCat("logit_bias.", id));
+    }
+  }
+  if (!req->common.ignore_eos) req->stop_ids = codec_->StopTokenIds();
+  for (int32_t id : req->common.stop_token_ids) {
+    if (std::find(req->stop_ids.begin(), req->stop_ids.end(), id) == req->stop_ids.end()) req->stop_ids.push_back(id);
+  }
+  if (auto e = BuildConstraint(req->common, req->chat ? &req->chat_request : nullptr, req->opens_reasoning, *codec_,
+                               config_.structured, &req->constraint)) {
+    return e;
+  }
+  if (!req->constraint.json.empty() && req->stop_ids.empty()) {
+    return BadRequest("a structured output needs a stop token to end on; this request has none (stop_token_ids)",
+                      "stop_token_ids");
   }
   req->start = Clock::now();
   req->meta.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -105,7 +144,7 @@ std::variant<std::unique_ptr<PreparedRequest>, ApiError> OpenAIServing::PrepareC
   req->common = req->chat_request.common;
   auto ids = codec_->EncodeChat(req->chat_request);
   if (!ids.ok()) return FromStatus(ids.status());
-  req->prompt = std::move(ids->ids);
+  req->prompts.push_back(std::move(ids->ids));
   req->opens_reasoning = ids->opens_reasoning;
   if (auto e = Admit(req.get(), key)) return *e;
   return req;
@@ -117,12 +156,23 @@ std::variant<std::unique_ptr<PreparedRequest>, ApiError> OpenAIServing::PrepareC
   req->chat = false;
   if (auto e = ParseCompletionRequest(body, limits(), &req->completion_request)) return *e;
   req->common = req->completion_request.common;
-  if (req->completion_request.prompt_is_tokens) {
-    req->prompt = req->completion_request.prompt_tokens;
-  } else {
-    auto ids = codec_->Encode(req->completion_request.prompt_text);
-    if (!ids.ok()) return FromStatus(ids.status());
-    req->prompt = std::move(*ids);
+  for (const auto& p : req->completion_request.prompts) {
+    if (p.is_tokens) {
+      req->prompts.push_back(p.tokens);
+    } else {
+      auto ids = codec_->Encode(p.text);
+      if (!ids.ok()) return FromStatus(ids.status());
+      req->prompts.push_back(std::move(*ids));
+    }
+    if (req->completion_request.echo) {
+      std::string text;
+      if (p.is_tokens) {
+        for (int32_t id : p.tokens) text += codec_->TokenBytes(id);
+      } else {
+        text = p.text;
+      }
+      req->echo.push_back(std::move(text));
+    }
   }
   if (auto e = Admit(req.get(), key)) return *e;
   return req;
@@ -183,8 +233,9 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
     metrics_->AddCancelled();
     return FromStatus(absl::CancelledError("client disconnected while queued"));
   }
-  const int n = req.common.n;
-  const std::vector<int32_t> stop_ids = codec_->StopTokenIds();
+  const int per_prompt = req.common.n;
+  const int n = per_prompt * static_cast<int>(req.prompts.size());
+  const std::vector<int32_t>& stop_ids = req.stop_ids;
   auto q = std::make_shared<EventQueue>();
   std::vector<ChoiceState> choices(n);
   std::vector<std::unique_ptr<SeqHandle>> handles(n);
@@ -194,20 +245,40 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
     }
   };
   for (int i = 0; i < n; ++i) {
-    choices[i].stop = std::make_unique<StopMatcher>(req.common.stop);
-    choices[i].parser = req.chat ? codec_->NewChatParser(req.chat_request, req.opens_reasoning) : std::make_unique<PlainOutputParser>();
+    if (req.common.min_tokens == 0) choices[i].stop = std::make_unique<StopMatcher>(req.common.stop);
+    if (req.constraint.verbatim_body) {
+      choices[i].parser = NewConstrainedOutputParser(req.opens_reasoning, req.constraint.reasoning_end);
+    } else {
+      choices[i].parser = req.chat ? codec_->NewChatParser(req.chat_request, req.opens_reasoning)
+                                   : std::make_unique<PlainOutputParser>();
+    }
     GenerateParams p;
     p.request_id = absl::StrCat(req.meta.id, "-", i);
-    p.prompt = req.prompt;
+    p.prompt = req.prompts[i / per_prompt];
     p.max_tokens = req.max_tokens;
     p.sampling = req.common.sampling;
-    if (p.sampling.has_seed) p.sampling.seed += static_cast<uint64_t>(i);  // derived per choice
+    if (p.sampling.has_seed) p.sampling.seed += static_cast<uint64_t>(i % per_prompt);  // derived per choice
     p.logprobs = req.common.logprobs;
     p.stop_token_ids = stop_ids;
+    p.min_tokens = req.common.min_tokens;
+    p.logit_bias = req.common.logit_bias;
+    if (!req.constraint.json.empty()) {
+      p.constraint = req.constraint.json;
+      p.vocab_fingerprint = vocab_fingerprint_;
+    }
     handles[i] = placer_->Start(std::move(p), [q, i](SeqEvent ev) { q->Push(i, std::move(ev)); });
   }
+  for (int i = 0; i < n && !req.echo.empty(); ++i) {
+    OutputParser::Delta d;
+    d.content = req.echo[i / per_prompt];
+    if (!sink->Delta(i, d, nullptr)) {
+      cancel_all();
+      handles.clear();
+      return FromStatus(absl::CancelledError("client disconnected"));
+    }
+  }
 
-  usage->prompt_tokens = static_cast<int32_t>(req.prompt.size());
+  for (const auto& p : req.prompts) usage->prompt_tokens += static_cast<int32_t>(p.size());
   int remaining = n;
   bool first_token = true;
   std::optional<ApiError> error;
@@ -257,8 +328,18 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
         lps.push_back(std::move(e));
       }
       bool is_stop_token = std::find(stop_ids.begin(), stop_ids.end(), ev.token) != stop_ids.end();
-      std::string text = is_stop_token ? cs.utf8.Flush() : cs.utf8.Push(codec_->TokenBytes(ev.token));
-      StopMatcher::Result r = cs.stop->Push(text);
+      std::string text = is_stop_token ? cs.utf8.Flush()
+                                       : cs.utf8.Push(req.common.skip_special_tokens
+                                                          ? codec_->TokenBytes(ev.token)
+                                                          : codec_->TokenBytesWithSpecial(ev.token));
+      StopMatcher::Result r;
+      if (cs.stop) {
+        r = cs.stop->Push(text);
+        if (r.stopped && req.common.include_stop_str_in_output) r.emit += r.matched;
+      } else {
+        r.emit = std::move(text);  // before min_tokens: stop strings do not end it yet
+        if (cs.tokens >= req.common.min_tokens) cs.stop = std::make_unique<StopMatcher>(req.common.stop);
+      }
       OutputParser::Delta d = cs.parser->Push(r.emit);
       if (!d.tool_calls.empty()) cs.tool_calls = true;
       bool ok = true;
@@ -279,7 +360,9 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
       }
       usage->cached_tokens = std::max(usage->cached_tokens, ev.cached_prompt_tokens);
       std::string text = cs.utf8.Flush();
+      if (!cs.stop) cs.stop = std::make_unique<StopMatcher>(std::vector<std::string>{});
       StopMatcher::Result r = cs.stop->Push(text);
+      if (r.stopped && req.common.include_stop_str_in_output) r.emit += r.matched;
       std::string tail = r.emit + (r.stopped ? "" : cs.stop->Flush());
       OutputParser::Delta d = cs.parser->Push(tail);
       std::string reason = r.stopped ? "stop" : FinishReasonName(ev.finish);
@@ -324,8 +407,9 @@ HttpReply OpenAIServing::RunUnary(PreparedRequest& req, ClientStream* io) {
       return true;
     }
   } collect;
-  collect.choices.resize(req.common.n);
-  for (int i = 0; i < req.common.n; ++i) {
+  const int total = req.common.n * static_cast<int>(req.prompts.size());
+  collect.choices.resize(total);
+  for (int i = 0; i < total; ++i) {
     collect.choices[i].index = i;
     collect.choices[i].has_logprobs = req.common.logprobs >= 0;
   }
@@ -352,7 +436,7 @@ int OpenAIServing::RunStream(PreparedRequest& req, ClientStream* io) {
           delta["role"] = "assistant";
           role_sent[i] = true;
         }
-        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;  // + "reasoning" (ChatChunkJson)
         if (!d.content.empty() || (d.reasoning.empty() && d.tool_calls.empty())) delta["content"] = d.content;
         if (!d.tool_calls.empty()) delta["tool_calls"] = d.tool_calls;
         out = SseData(ChatChunkJson(req->meta, i, delta, lps, "", iu));
@@ -378,8 +462,9 @@ int OpenAIServing::RunStream(PreparedRequest& req, ClientStream* io) {
   } stream;
   stream.req = &req;
   stream.io = io;
-  stream.role_sent.assign(req.common.n, false);
-  stream.text_offset.assign(req.common.n, 0);
+  const int total = req.common.n * static_cast<int>(req.prompts.size());
+  stream.role_sent.assign(total, false);
+  stream.text_offset.assign(total, 0);
   Usage usage;
   if (auto e = Generate(req, io, &stream, &usage)) {
     if (e->code != "cancelled") {

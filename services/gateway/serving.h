@@ -10,8 +10,11 @@
 //  - n > 1: n independent sequences, choice i gets seed + i when a seed is
 //    given (same request + seed -> same output), independent entropy otherwise.
 //  - stop strings are matched here, across token boundaries, on the text
-//    before reasoning/tool-call parsing; the matched choice is cancelled on
-//    its worker at once; the stop string never reaches the client.
+//    before reasoning/tool-call parsing, from min_tokens on; the matched choice
+//    is cancelled on its worker at once; the stop string reaches the client
+//    only with include_stop_str_in_output.
+//  - /v1/completions with a batch of P prompts: P * n choices, choice i from
+//    prompt i / n (seed + i % n, so a prompt's choices do not depend on the batch).
 //  - client gone (ClientStream::Gone or a failed write): every sequence of
 //    the request is cancelled; the workers stop them within one step.
 // Thread safety: OpenAIServing is shared by all HTTP threads; each
@@ -33,6 +36,7 @@
 #include "services/gateway/metrics.h"
 #include "services/gateway/protocol.h"
 #include "services/gateway/sequence_placer.h"
+#include "services/gateway/structured_request.h"
 #include "services/gateway/text_codec.h"
 
 namespace moe::gateway {
@@ -43,6 +47,8 @@ struct ServingConfig {
   std::chrono::milliseconds poll{10};  // client-gone check while waiting for tokens
   int max_n = 16;
   int max_json_depth = kDefaultMaxJsonDepth;  // --max-json-depth
+  int max_prompts = 32;                       // prompts in one /v1/completions batch
+  StructuredConfig structured;                // --structured-max-whitespace, --structured-max-repeat
 };
 
 struct HttpReply {
@@ -67,9 +73,13 @@ struct PreparedRequest {
   ChatRequest chat_request;
   CompletionRequest completion_request;
   CommonRequest common;
-  std::vector<int32_t> prompt;
+  // One prompt (chat), or the batch of /v1/completions: choice i is prompt i / n.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo;  // completions with echo: each prompt's text
   bool opens_reasoning = false;  // chat: the prompt ends inside a reasoning block
   int32_t max_tokens = 0;
+  std::vector<int32_t> stop_ids;  // the model's (unless ignore_eos) + the client's
+  BuiltConstraint constraint;
   ResponseMeta meta;
   std::unique_ptr<AdmissionController::Ticket> ticket;
   std::chrono::steady_clock::time_point start;
@@ -94,6 +104,8 @@ class OpenAIServing {
   int RunStream(PreparedRequest& req, ClientStream* io);
 
   nlohmann::json ModelsJson() const;
+  const TextCodec& codec() const { return *codec_; }
+  uint64_t vocab_fingerprint() const { return vocab_fingerprint_; }
 
  public:
   struct Sink;  // receives deltas: collects (unary) or writes (stream)
@@ -111,6 +123,7 @@ class OpenAIServing {
   Metrics* metrics_;
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
+  uint64_t vocab_fingerprint_ = 0;  // of codec_->TokenTexts(): sent with constrained requests
 };
 
 }  // namespace moe::gateway

@@ -25,12 +25,17 @@ StopMatcher::Result StopMatcher::Push(std::string_view piece) {
   // was already proven match-free except for matches starting in the tail,
   // and held_ starts at the first undecided byte, so search all of held_.
   size_t best = std::string::npos;
+  const std::string* which = nullptr;
   for (const auto& s : stops_) {
     size_t p = held_.find(s);
-    if (p < best) best = p;
+    if (p < best) {
+      best = p;
+      which = &s;
+    }
   }
   if (best != std::string::npos) {
     r.emit = held_.substr(0, best);
+    r.matched = *which;
     r.stopped = stopped_ = true;
     held_.clear();
     return r;

@@ -29,6 +29,7 @@ class StopMatcher {
   struct Result {
     std::string emit;
     bool stopped = false;
+    std::string matched;  // the stop string that ended it (include_stop_str_in_output)
   };
   Result Push(std::string_view piece);
   // End of stream without a hit: releases the held-back tail.

@@ -15,11 +15,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/structured/constraint_spec.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/protocol.h"
 
@@ -68,8 +70,23 @@ class TextCodec {
   // assistant generation prompt; InvalidArgument names the bad message, kwarg
   // or template line.
   virtual absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const = 0;
-  // Bytes of one token as it appears in the output (may be partial UTF-8).
-  virtual std::string TokenBytes(int32_t id) const = 0;
+  // Bytes of one token as it appears in the output (may be partial UTF-8): TokenTexts()[id]
+  // (special tokens "" except the chat format's markers, which the output parser reads).
+  std::string TokenBytes(int32_t id) const {
+    const auto& t = TokenTexts();
+    return id >= 0 && static_cast<size_t>(id) < t.size() ? t[id] : std::string();
+  }
+  // skip_special_tokens=false: special tokens as their text too.
+  virtual std::string TokenBytesWithSpecial(int32_t id) const = 0;
+  // Every token's output text (common/text/output_vocab.h): what structured outputs are
+  // compiled against on the workers (its fingerprint travels with constrained requests).
+  virtual const std::vector<std::string>& TokenTexts() const = 0;
+  // The control markers of the chat format's output (kept out of constrained free text).
+  virtual std::vector<std::string> OutputMarkers() const = 0;
+  // How the chat format writes a tool call, or nullopt when tool calls cannot be
+  // constrained for it (tool_choice required/named and parallel_tool_calls=false are then
+  // refused).
+  virtual std::optional<structured::ToolSyntax> ToolCallSyntax() const = 0;
   // Token ids that end generation (EOS, end-of-turn).
   virtual std::vector<int32_t> StopTokenIds() const = 0;
   virtual std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request, bool opens_reasoning) const = 0;

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/json.h"
 #include "common/base/status.h"
+#include "common/text/output_vocab.h"
 
 namespace moe::gateway {
 
@@ -19,6 +20,7 @@ absl::StatusOr<std::unique_ptr<ModelTextCodec>> ModelTextCodec::Load(const std::
   for (const std::string& l : c->mt_.chat->Literals()) {
     if (l.find("developer") != std::string::npos) c->developer_role_ = true;
   }
+  c->texts_ = text::OutputTokenTexts(*c->mt_.tokenizer, text::OutputMarkers(c->mt_.family));
   return c;
 }
 
@@ -81,6 +83,17 @@ absl::StatusOr<text::ChatInputs> ModelTextCodec::Inputs(const ChatRequest& reque
     }
     in.kwargs[k] = it.value();
   }
+  if (!request.reasoning_effort.empty()) {
+    if (!tmpl.Reads("reasoning_effort")) {
+      return absl::InvalidArgumentError(absl::StrCat("reasoning_effort: the model's chat template (", tmpl.origin(),
+                                                     ") does not use 'reasoning_effort'"));
+    }
+    if (request.chat_template_kwargs.contains("reasoning_effort")) {
+      return absl::InvalidArgumentError(
+          "reasoning_effort: given both as a field and in chat_template_kwargs; send one");
+    }
+    in.kwargs["reasoning_effort"] = request.reasoning_effort;
+  }
   in.add_generation_prompt = true;
   return in;
 }
@@ -100,10 +113,24 @@ absl::StatusOr<ChatPromptIds> ModelTextCodec::EncodeChat(const ChatRequest& requ
   return out;
 }
 
-std::string ModelTextCodec::TokenBytes(int32_t id) const {
+std::string ModelTextCodec::TokenBytesWithSpecial(int32_t id) const {
   std::string out;
-  mt_.tokenizer->AppendTokenBytes(id, /*skip_special=*/true, &out);
+  mt_.tokenizer->AppendTokenBytes(id, /*skip_special=*/false, &out);
   return out;
+}
+
+std::vector<std::string> ModelTextCodec::OutputMarkers() const { return text::OutputMarkers(mt_.family); }
+
+std::optional<structured::ToolSyntax> ModelTextCodec::ToolCallSyntax() const {
+  switch (mt_.family) {
+    case text::ChatFamily::kGlm:  // <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+      return structured::ToolSyntax{"<tool_call>", "", "glm_xml", "</tool_call>", ""};
+    case text::ChatFamily::kQwen:  // <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>
+      return structured::ToolSyntax{"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "json", "}\n</tool_call>",
+                                    "<tool_call>"};
+    default:
+      return std::nullopt;  // DeepSeek's call sections: not yet expressed as a constraint
+  }
 }
 
 namespace {

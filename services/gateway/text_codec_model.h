@@ -37,7 +37,10 @@ class ModelTextCodec final : public TextCodec {
   int32_t vocab_size() const override { return static_cast<int32_t>(mt_.tokenizer->vocab_size()); }
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
   absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const override;
-  std::string TokenBytes(int32_t id) const override;
+  std::string TokenBytesWithSpecial(int32_t id) const override;
+  const std::vector<std::string>& TokenTexts() const override { return texts_; }
+  std::vector<std::string> OutputMarkers() const override;
+  std::optional<structured::ToolSyntax> ToolCallSyntax() const override;
   std::vector<int32_t> StopTokenIds() const override { return mt_.stop_ids; }
   std::unique_ptr<OutputParser> NewChatParser(const ChatRequest& request, bool opens_reasoning) const override;
 
@@ -49,6 +52,7 @@ class ModelTextCodec final : public TextCodec {
  private:
   explicit ModelTextCodec(text::ModelText mt) : mt_(std::move(mt)) {}
   text::ModelText mt_;
+  std::vector<std::string> texts_;  // output text per id (output_vocab.h)
   bool developer_role_ = false;  // the template knows "developer"
 };
 

@@ -35,6 +35,7 @@ struct SamplingParams {
   float min_p = 0.0f;        // [0, 1]
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;  // > 0; 1 = off
   bool has_seed = false;
   uint64_t seed = 0;
 };
@@ -46,6 +47,12 @@ struct GenerateParams {
   SamplingParams sampling;
   int32_t logprobs = -1;  // -1 none, 0 chosen token only, k > 0 also top-k alternatives
   std::vector<int32_t> stop_token_ids;  // e.g. EOS; finish reason kStop
+  int32_t min_tokens = 0;               // stop_token_ids cannot end it before this many tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Structured output: a common/structured ConstraintSpec as JSON ("" = none) and the
+  // fingerprint of the gateway's vocabulary (the worker refuses a different one).
+  std::string constraint;
+  uint64_t vocab_fingerprint = 0;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };

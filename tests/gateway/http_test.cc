@@ -50,8 +50,8 @@ TEST(GatewayHttp, MalformedInputGetsShapedErrors) {
   ExpectError(s.Post("/v1/chat/completions", std::string(8000, ' ')), 413, "body_too_large");
   ExpectError(s.Get("/v2/nothing"), 404, "unknown_url");
   ExpectError(s.Get("/v1/chat/completions"), 405, "method_not_allowed");
-  ExpectError(s.Post("/v1/chat/completions", kChat + R"(,"response_format":{"type":"json_object"}})"), 400,
-              "unsupported_value");
+  ExpectError(s.Post("/v1/chat/completions", kChat + R"(,"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object","not":{}}}}})"), 400,
+              "invalid_value");
   // The server is still healthy afterwards.
   auto r = s.Post("/v1/chat/completions", kChat + "}");
   EXPECT_EQ(r.status, 200);

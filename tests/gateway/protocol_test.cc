@@ -124,12 +124,35 @@ TEST(GatewayProtocol, EveryChatErrorIsA400NamingTheField) {
       {ChatWith(R"("top_logprobs":2)"), "top_logprobs", "invalid_value"},
       {ChatWith(R"("logprobs":true,"top_logprobs":21)"), "top_logprobs", "invalid_value"},
       {ChatWith(R"("user":1)"), "user", "invalid_type"},
-      {ChatWith(R"("response_format":{"type":"json_object"})"), "response_format", "unsupported_value"},
-      {ChatWith(R"("response_format":{"type":"json_schema","json_schema":{}})"), "response_format",
-       "unsupported_value"},
+      {ChatWith(R"("response_format":{"type":"json_schema"})"), "response_format.json_schema",
+       "missing_required_parameter"},
+      {ChatWith(R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"strcit":true}})"),
+       "response_format.json_schema.strcit", "unknown_parameter"},
+      {ChatWith(R"("response_format":{"type":"json_schema","json_schema":{"schema":5}})"),
+       "response_format.json_schema.schema", "invalid_type"},
       {ChatWith(R"("response_format":{"type":"yaml"})"), "response_format.type", "invalid_value"},
+      {ChatWith(R"("response_format":{"type":"structural_tag"})"), "response_format.type", "unsupported_value"},
       {ChatWith(R"("response_format":"json")"), "response_format", "invalid_type"},
-      {ChatWith(R"("logit_bias":{"5":1})"), "logit_bias", "unsupported_parameter"},
+      {ChatWith(R"("response_format":{"type":"json_object"},"guided_regex":"a+")"), "guided_regex", "invalid_value"},
+      {ChatWith(R"("structured_outputs":{"regex":"a","choice":["b"]})"), "structured_outputs.choice",
+       "invalid_value"},
+      {ChatWith(R"("structured_outputs":{"structural_tag":"{}"})"), "structured_outputs.structural_tag",
+       "unsupported_parameter"},
+      {ChatWith(R"("guided_choice":[])"), "guided_choice", "invalid_type"},
+      {ChatWith(R"("guided_decoding_backend":"outlines")"), "guided_decoding_backend", "unsupported_value"},
+      {ChatWith(R"("logit_bias":{"x5":1})"), "logit_bias.x5", "invalid_value"},
+      {ChatWith(R"("logit_bias":{"5":101})"), "logit_bias.5", "invalid_value"},
+      {ChatWith(R"("logit_bias":[1])"), "logit_bias", "invalid_type"},
+      {ChatWith(R"("repetition_penalty":0)"), "repetition_penalty", "invalid_value"},
+      {ChatWith(R"("min_tokens":-1)"), "min_tokens", "invalid_type"},
+      {ChatWith(R"("max_tokens":3,"min_tokens":4)"), "min_tokens", "invalid_value"},
+      {ChatWith(R"("ignore_eos":1)"), "ignore_eos", "invalid_type"},
+      {ChatWith(R"("stop_token_ids":[1,-1])"), "stop_token_ids[1]", "invalid_type"},
+      {ChatWith(R"("skip_special_tokens":"no")"), "skip_special_tokens", "invalid_type"},
+      {ChatWith(R"("reasoning_effort":3)"), "reasoning_effort", "invalid_type"},
+      {ChatWith(R"("temprature":0.5)"), "temprature", "unknown_parameter"},
+      {ChatWith(R"("functions":[])"), "functions", "unknown_parameter"},
+      {ChatWith(R"("echo":true)"), "echo", "unknown_parameter"},
       {ChatWith(R"("tools":{})"), "tools", "invalid_type"},
       {ChatWith(R"("tools":[{"type":"retrieval"}])"), "tools[0].type", "invalid_value"},
       {ChatWith(R"("tools":[{"type":"function","function":{"name":""}}])"), "tools[0].function.name", "invalid_type"},
@@ -188,28 +211,95 @@ TEST(GatewayProtocol, JsonDeeperThanTheLimitIsA400) {
             "json_too_deep");
 }
 
-TEST(GatewayProtocol, ResponseFormatMessageSaysWhy) {
-  auto e = Chat(ChatWith(R"("response_format":{"type":"json_object"})"));
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("not supported until constrained decoding"), std::string::npos);
+TEST(GatewayProtocol, EverySpellingOfStructuredOutputs) {
+  using Kind = structured::ConstraintSpec::Kind;
+  struct Want {
+    std::string extra;
+    Kind kind;
+    std::string param;
+    bool strict;
+  };
+  const std::vector<Want> wants = {
+      {R"("response_format":{"type":"text"})", Kind::kNone, "", false},
+      {R"("response_format":{"type":"json_object"})", Kind::kJsonObject, "response_format", false},
+      {R"("response_format":{"type":"json_object","schema":{"type":"object"}})", Kind::kJsonSchema, "response_format",
+       false},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object"}}})",
+       Kind::kJsonSchema, "response_format", true},
+      {R"("structured_outputs":{"json":{"type":"string"}})", Kind::kJsonSchema, "structured_outputs.json", false},
+      {R"("structured_outputs":{"regex":"[0-9]+"})", Kind::kRegex, "structured_outputs.regex", false},
+      {R"("structured_outputs":{"choice":["a","b"]})", Kind::kChoice, "structured_outputs.choice", false},
+      {R"("structured_outputs":{"grammar":"root ::= \"a\""})", Kind::kGrammar, "structured_outputs.grammar", false},
+      {R"("structured_outputs":{"grammar":"start: \"a\""})", Kind::kLark, "structured_outputs.grammar", false},
+      {R"("structured_outputs":{"json_object":true})", Kind::kJsonObject, "structured_outputs.json_object", false},
+      {R"("guided_json":"{\"type\":\"integer\"}")", Kind::kJsonSchema, "guided_json", false},
+      {R"("guided_regex":"a|b")", Kind::kRegex, "guided_regex", false},
+      {R"("guided_choice":["yes","no"])", Kind::kChoice, "guided_choice", false},
+      {R"("guided_grammar":"root ::= [a-z]+","guided_decoding_backend":"xgrammar")", Kind::kGrammar, "guided_grammar",
+       false},
+      {R"("json_schema":{"type":"object"})", Kind::kJsonSchema, "json_schema", false},
+      {R"("grammar":"root ::= \"x\"")", Kind::kGrammar, "grammar", false},
+  };
+  for (const auto& w : wants) {
+    ChatRequest r;
+    auto e = Chat(ChatWith(w.extra), &r);
+    ASSERT_FALSE(e) << w.extra << ": " << e->message;
+    EXPECT_EQ(r.common.structured.kind, w.kind) << w.extra;
+    EXPECT_EQ(r.common.structured.param, w.param) << w.extra;
+    EXPECT_EQ(r.common.structured.strict, w.strict) << w.extra;
+    CompletionRequest c;  // the completions endpoint takes the same fields
+    auto ce = Comp(R"({"model":"m","prompt":"p",)" + w.extra + "}", &c);
+    ASSERT_FALSE(ce) << w.extra << ": " << ce->message;
+    EXPECT_EQ(c.common.structured.kind, w.kind) << w.extra;
+  }
+  // The schema keeps the client's key order (the order properties are generated in).
+  ChatRequest r;
+  ASSERT_FALSE(Chat(ChatWith(R"("guided_json":{"type":"object","properties":{"zeta":{},"alpha":{}}})"), &r));
+  EXPECT_LT(r.common.structured.source.find("zeta"), r.common.structured.source.find("alpha"));
+}
+
+TEST(GatewayProtocol, SamplingExtrasParse) {
+  ChatRequest r;
+  auto e = Chat(ChatWith(R"("repetition_penalty":1.3,"min_tokens":4,"ignore_eos":true,"stop_token_ids":[7,9],)"
+                         R"("include_stop_str_in_output":true,"skip_special_tokens":false,"logit_bias":{"12":-100,"5":2.5},)"
+                         R"("parallel_tool_calls":false,"reasoning_effort":"high")"),
+                &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_FLOAT_EQ(r.common.sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(r.common.min_tokens, 4);
+  EXPECT_TRUE(r.common.ignore_eos);
+  EXPECT_EQ(r.common.stop_token_ids, (std::vector<int32_t>{7, 9}));
+  EXPECT_TRUE(r.common.include_stop_str_in_output);
+  EXPECT_FALSE(r.common.skip_special_tokens);
+  ASSERT_EQ(r.common.logit_bias.size(), 2u);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_EQ(r.reasoning_effort, "high");
 }
 
 TEST(GatewayProtocol, CompletionPromptForms) {
   CompletionRequest r;
   ASSERT_FALSE(Comp(R"({"model":"m","prompt":"abc"})", &r));
-  EXPECT_EQ(r.prompt_text, "abc");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "abc");
   EXPECT_EQ(r.common.max_tokens, 16);
   CompletionRequest r2;
   ASSERT_FALSE(Comp(R"({"model":"m","prompt":[1,2,3],"logprobs":2,"max_tokens":4})", &r2));
-  EXPECT_TRUE(r2.prompt_is_tokens);
-  EXPECT_EQ(r2.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(r2.prompts.size(), 1u);
+  EXPECT_TRUE(r2.prompts[0].is_tokens);
+  EXPECT_EQ(r2.prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(r2.common.logprobs, 2);
   CompletionRequest r3;
   ASSERT_FALSE(Comp(R"({"model":"m","prompt":[[4,5]]})", &r3));
-  EXPECT_EQ(r3.prompt_tokens, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(r3.prompts[0].tokens, (std::vector<int32_t>{4, 5}));
   CompletionRequest r4;
   ASSERT_FALSE(Comp(R"({"model":"m","prompt":["x"],"best_of":1})", &r4));
-  EXPECT_EQ(r4.prompt_text, "x");
+  EXPECT_EQ(r4.prompts[0].text, "x");
+  CompletionRequest r5;  // a batch: strings and token lists
+  ASSERT_FALSE(Comp(R"({"model":"m","prompt":["a",[6,7],"c"],"echo":true})", &r5));
+  ASSERT_EQ(r5.prompts.size(), 3u);
+  EXPECT_EQ(r5.prompts[1].tokens, (std::vector<int32_t>{6, 7}));
+  EXPECT_EQ(r5.prompts[2].text, "c");
+  EXPECT_TRUE(r5.echo);
 }
 
 TEST(GatewayProtocol, EveryCompletionErrorIsA400) {
@@ -217,12 +307,14 @@ TEST(GatewayProtocol, EveryCompletionErrorIsA400) {
       {R"({"model":"m"})", "prompt", "missing_required_parameter"},
       {R"({"model":"m","prompt":5})", "prompt", "invalid_type"},
       {R"({"model":"m","prompt":[]})", "prompt", "invalid_value"},
-      {R"({"model":"m","prompt":["a","b"]})", "prompt", "unsupported_value"},
+      {R"({"model":"m","prompt":["a",5]})", "prompt[1]", "invalid_type"},
+      {R"({"model":"m","prompt":["a",[]]})", "prompt[1]", "invalid_value"},
+      {R"({"model":"m","prompt":"a","echo":true,"logprobs":1})", "echo", "unsupported_value"},
+      {R"({"model":"m","prompt":"a","tools":[]})", "tools", "unknown_parameter"},
       {R"({"model":"m","prompt":[1,-2]})", "prompt[1]", "invalid_type"},
       {R"({"model":"m","prompt":[1,"x"]})", "prompt[1]", "invalid_type"},
       {R"({"model":"m","prompt":"a","logprobs":6})", "logprobs", "invalid_value"},
       {R"({"model":"m","prompt":"a","logprobs":true})", "logprobs", "invalid_type"},
-      {R"({"model":"m","prompt":"a","echo":true})", "echo", "unsupported_parameter"},
       {R"({"model":"m","prompt":"a","suffix":"z"})", "suffix", "unsupported_parameter"},
       {R"({"model":"m","prompt":"a","best_of":3})", "best_of", "unsupported_value"},
       {R"({"model":"x","prompt":"a"})", "model", "model_not_found"},
