@@ -7,7 +7,7 @@
 
 namespace moe::gateway {
 
-absl::StatusOr<std::vector<int32_t>> ByteCodec::Encode(std::string_view text) const {
+absl::StatusOr<std::vector<int32_t>> ByteCodec::Encode(std::string_view text, bool) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size());
   for (unsigned char c : text) ids.push_back(c);
@@ -31,7 +31,7 @@ std::string ByteCodec::RenderChat(const ChatRequest& request) {
     }
     s += "\n";
   }
-  s += "<|assistant|>\n";
+  if (request.add_generation_prompt) s += "<|assistant|>\n";
   return s;
 }
 
@@ -39,6 +39,9 @@ absl::StatusOr<ChatPromptIds> ByteCodec::EncodeChat(const ChatRequest& request) 
   if (!request.chat_template_kwargs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("chat_template_kwargs.", request.chat_template_kwargs.begin().key(),
                                                    ": the byte-level test codec's template takes no variables"));
+  }
+  if (!request.reasoning_effort.empty()) {
+    return absl::InvalidArgumentError("reasoning_effort: the byte-level test codec's template takes no variables");
   }
   ChatPromptIds p;
   MOE_ASSIGN_OR_RETURN(p.ids, Encode(RenderChat(request)));

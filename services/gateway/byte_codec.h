@@ -22,7 +22,7 @@ class ByteCodec final : public TextCodec {
  public:
   static constexpr int32_t kEos = 256;
   int32_t vocab_size() const override { return 257; }
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens = true) const override;
   // chat_template_kwargs: refused (this template has no variables).
   absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const override;
   std::string TokenBytesWithSpecial(int32_t id) const override { return TokenBytes(id); }

@@ -157,6 +157,8 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
   info.vocab_size = reply.vocab_size();
   info.active_sequences = reply.active_sequences();
   info.max_sequences = reply.max_sequences();
+  info.vocab_fingerprint = reply.vocab_fingerprint();
+  info.constraint_vocab = reply.constraint_vocab();
   grpc::ClientContext sctx;
   sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
   pb::StatsReply stats;
@@ -168,6 +170,14 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
     info.max_steps_after_cancel = stats.max_steps_after_cancel();
     info.cancelled = stats.cancelled();
     info.expert_fetches = stats.expert_fetches();
+    info.kv_bytes = stats.kv_bytes();
+    info.prefix_cache_bytes = stats.prefix_cache_bytes();
+    info.prefix_cache_capacity_bytes = stats.prefix_cache_capacity_bytes();
+    info.prefix_cache_entries = stats.prefix_cache_entries();
+    info.constrained_sequences = stats.constrained_sequences();
+    info.constraint_compile_ms = stats.constraint_compile_ms();
+    info.last_error = stats.last_error();
+    info.errors = stats.errors();
   }
   return info;
 }

@@ -94,6 +94,21 @@ void GatewayHttpServer::Handle(HttpExchange& x) {
     if (m != "POST") return method_not_allowed("POST");
     return Generate(x, req.path == "/v1/chat/completions");
   }
+  if (req.path == "/tokenize" || req.path == "/detokenize") {
+    if (m != "POST") return method_not_allowed("POST");
+    std::string key;
+    if (!Authenticate(x, &key)) return;
+    HttpReply r = req.path == "/tokenize" ? serving_->Tokenize(req.body) : serving_->Detokenize(req.body);
+    x.Reply(r.status, r.content_type, r.body, ReplyHeaders(r));
+    return;
+  }
+  if (req.path == "/admin/workers") {
+    if (!get) return method_not_allowed("GET, HEAD");
+    std::string key;
+    if (!Authenticate(x, &key)) return;
+    x.Reply(200, "application/json", DumpJson(serving_->WorkersJson()));
+    return;
+  }
   if (req.path == "/v1/models") {
     if (!get) return method_not_allowed("GET, HEAD");
     std::string key;

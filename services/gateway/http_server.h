@@ -1,7 +1,8 @@
 // HTTP routes of the gateway over HttpTransport (http_transport.h: framing, limits,
 // deadlines, connection caps):
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
-//   GET /health, GET /metrics   (GET routes also answer HEAD).
+//   GET /health, GET /metrics, POST /tokenize, POST /detokenize (vLLM's shapes),
+//   GET /admin/workers (per-worker detail; API key like /v1)   (GET routes also answer HEAD).
 // Routes only: authenticate, hand the body to OpenAIServing, write its reply or its SSE
 // stream. An unknown path is 404 unknown_url; a known path with another method is 405 with
 // Allow. Every reply, the transport's own included, is the API's JSON error shape.

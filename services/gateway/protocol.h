@@ -88,6 +88,7 @@ struct ChatRequest {
   std::string tool_choice;     // "none", "auto", "required", or a function name
   bool tool_choice_named = false;
   bool parallel_tool_calls = true;  // false: at most one call (enforced by the constraint)
+  bool add_generation_prompt = true;  // /tokenize only (chat completions always add it)
   std::string reasoning_effort;     // a template variable (refused when the template does not read it)
   // chat_template_kwargs (vLLM/SGLang convention): variables for the model's chat template
   // (enable_thinking, clear_thinking, reasoning_effort, ...), in the client's key order; the

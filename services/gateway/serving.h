@@ -104,6 +104,13 @@ class OpenAIServing {
   int RunStream(PreparedRequest& req, ClientStream* io);
 
   nlohmann::json ModelsJson() const;
+  // vLLM's POST /tokenize ({prompt} or {messages}; count, max_model_len, tokens, token_strs)
+  // and POST /detokenize ({tokens} -> {prompt}).
+  HttpReply Tokenize(std::string_view body);
+  HttpReply Detokenize(std::string_view body);
+  // GET /admin/workers: every worker's model, load, KV and prefix-cache use, structured-output
+  // vocabulary (and whether it matches the gateway's), last error.
+  nlohmann::json WorkersJson() const;
   const TextCodec& codec() const { return *codec_; }
   uint64_t vocab_fingerprint() const { return vocab_fingerprint_; }
 

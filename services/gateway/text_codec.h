@@ -64,8 +64,9 @@ class TextCodec {
  public:
   virtual ~TextCodec() = default;
   virtual int32_t vocab_size() const = 0;
-  // Raw text (completions prompt), no special tokens added.
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
+  // Raw text (completions prompt) as HF's tokenizer(text): special tokens in the text
+  // parsed, the post-processor's (BOS ...) added unless add_special_tokens is false.
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens = true) const = 0;
   // The chat template applied to messages (+ tools, kwargs), ending with the
   // assistant generation prompt; InvalidArgument names the bad message, kwarg
   // or template line.

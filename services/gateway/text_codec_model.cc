@@ -24,8 +24,10 @@ absl::StatusOr<std::unique_ptr<ModelTextCodec>> ModelTextCodec::Load(const std::
   return c;
 }
 
-absl::StatusOr<std::vector<int32_t>> ModelTextCodec::Encode(std::string_view text) const {
-  return mt_.tokenizer->Encode(text, text::EncodeOptions{});
+absl::StatusOr<std::vector<int32_t>> ModelTextCodec::Encode(std::string_view text, bool add_special_tokens) const {
+  text::EncodeOptions opt;
+  opt.add_special_tokens = add_special_tokens;
+  return mt_.tokenizer->Encode(text, opt);
 }
 
 absl::StatusOr<text::ChatInputs> ModelTextCodec::Inputs(const ChatRequest& request) const {
@@ -94,7 +96,7 @@ absl::StatusOr<text::ChatInputs> ModelTextCodec::Inputs(const ChatRequest& reque
     }
     in.kwargs["reasoning_effort"] = request.reasoning_effort;
   }
-  in.add_generation_prompt = true;
+  in.add_generation_prompt = request.add_generation_prompt;
   return in;
 }
 

@@ -35,7 +35,7 @@ class ModelTextCodec final : public TextCodec {
                                                               const std::string& chat_template_name = "");
 
   int32_t vocab_size() const override { return static_cast<int32_t>(mt_.tokenizer->vocab_size()); }
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens = true) const override;
   absl::StatusOr<ChatPromptIds> EncodeChat(const ChatRequest& request) const override;
   std::string TokenBytesWithSpecial(int32_t id) const override;
   const std::vector<std::string>& TokenTexts() const override { return texts_; }

@@ -99,6 +99,17 @@ struct WorkerInfo {
   int64_t max_steps_after_cancel = 0;  // worker-side cancellation check (0 = always in time)
   int64_t cancelled = 0;
   int64_t expert_fetches = 0;  // routed-expert fetches (one per distinct expert per step when batched)
+  // KV and prefix-cache use, structured outputs, errors (inferd StatsReply / HealthReply).
+  int64_t kv_bytes = 0;
+  int64_t prefix_cache_bytes = 0;
+  int64_t prefix_cache_capacity_bytes = 0;
+  int64_t prefix_cache_entries = 0;
+  int64_t constrained_sequences = 0;
+  double constraint_compile_ms = 0;
+  uint64_t vocab_fingerprint = 0;  // 0: the worker has no vocabulary for structured outputs
+  std::string constraint_vocab;    // where it came from, or why there is none
+  std::string last_error;          // the worker's own (a failed step, a refused request)
+  int64_t errors = 0;
 };
 
 class Worker {
