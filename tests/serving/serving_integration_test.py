@@ -175,12 +175,13 @@ class ServingStack(unittest.TestCase):
         self.assert_bad_request("invalid_value", model=MODEL, messages=chat("x"), n=0)
         self.assert_bad_request("invalid_value", model=MODEL, messages=chat("x"), temperature=3)
         self.assert_bad_request("invalid_type", model=MODEL, messages=chat("x"), max_tokens="ten")
-        self.assert_bad_request("unsupported_value", model=MODEL, messages=chat("x"),
-                                response_format={"type": "json_object"})
+        self.assert_bad_request("invalid_value", model=MODEL, messages=chat("x"),
+                                response_format={"type": "json_schema",
+                                                 "json_schema": {"name": "x", "schema": {"type": "object", "not": {}}}})
         self.assert_bad_request("context_length_exceeded", model=MODEL, messages=chat("y" * 5000))
         self.assert_bad_request("context_length_exceeded", model=MODEL, messages=chat("x"), max_tokens=4090)
         with self.assertRaises(openai.BadRequestError):
-            self.client.completions.create(model=MODEL, prompt="a", echo=True)
+            self.client.completions.create(model=MODEL, prompt="a", echo=True, logprobs=1)
 
     # ---- raw HTTP: malformed input --------------------------------------------------
     def raw(self, method, path, body=b"", headers=None):

@@ -160,7 +160,7 @@ TEST(GrammarConstraint, ToolCallsRequiredNamedAndSingle) {
   auto comp = Compiler(v);
   ConstraintSpec spec;
   spec.kind = ConstraintSpec::Kind::kToolCalls;
-  spec.tool_syntax = {"<tool_call>", " ", "json", "</tool_call>"};
+  spec.tool_syntax = {"<tool_call>", " ", "json", "</tool_call>", ""};
   spec.tools.push_back({"get_weather", nlohmann::ordered_json::parse(
                                            R"({"type":"object","properties":{"city":{"type":"string","enum":["Paris","Rome"]}},
                                                "required":["city"]})"),
