@@ -22,6 +22,14 @@
 //    returns different numbers for the same key during the source's life.
 //    Results never depend on budget, eviction order, hints or concurrency.
 //  * Get blocks until the weights are resident (that is the point of it).
+//  * GetEach(layer, experts, ready) is Get for one layer's experts with the
+//    waiting pipelined: each lease goes to `ready` as soon as that expert is
+//    resident (a remote source: its shm hits first, then each miss as its
+//    read lands), so the caller computes one expert while the others are
+//    still being read. `ready` runs on the calling thread, exactly once per
+//    index, in arrival order; the order must not change any result (callers
+//    combine by index). GetEach returns the first error (of a Get or of
+//    `ready`); leases after it are released unused. Default: Get in order.
 //  * Hint(keys) announces experts likely needed soon (e.g. the next layer's
 //    predicted routing). It never blocks on I/O, never fails, never changes
 //    any result, and may be ignored entirely. A hinted expert that is never
@@ -123,8 +131,18 @@ struct ExpertSourceStats {
 
 class ExpertSource {
  public:
+  using ExpertReady = std::function<absl::Status(size_t index, ExpertLease lease)>;
+
   virtual ~ExpertSource() = default;
   virtual absl::StatusOr<ExpertLease> Get(int layer, int expert) = 0;
+  virtual absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready) {
+    for (size_t i = 0; i < experts.size(); ++i) {
+      absl::StatusOr<ExpertLease> l = Get(layer, experts[i]);
+      if (!l.ok()) return l.status();
+      if (absl::Status s = ready(i, std::move(*l)); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   virtual void Hint(std::span<const ExpertKey> keys) { (void)keys; }
   virtual void HintAhead(std::span<const ExpertKey> keys) { (void)keys; }
   virtual ExpertSourceStats Stats() const = 0;

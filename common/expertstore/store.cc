@@ -264,13 +264,33 @@ int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative
 
 std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int layer, const std::vector<int>& ids) {
   std::vector<absl::StatusOr<uint32_t>> out(ids.size(), absl::UnknownError("not fetched"));
+  FetchEach(session, layer, ids, [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
+    for (const auto& [i, r] : done) out[i] = r;
+  });
+  return out;
+}
+
+void ExpertStore::FetchEach(uint32_t session, int layer, const std::vector<int>& ids, const FetchReady& ready) {
+  using Result = std::pair<size_t, absl::StatusOr<uint32_t>>;
+  std::vector<Result> now;                   // results not yet reported
   std::vector<int> pending(ids.size(), -1);  // slab index we wait on
   std::vector<std::shared_ptr<FillState>> fills(ids.size());
   std::vector<StartRead> reads;
   std::unique_lock<std::mutex> lk(mu_);
+  // Reports `now` without the lock (the caller may write to a socket).
+  auto flush = [&] {
+    if (now.empty()) return;
+    std::vector<Result> batch = std::move(now);
+    now.clear();
+    lk.unlock();
+    ready(batch);
+    lk.lock();
+  };
   if (session >= table_.max_sessions() || table_.session(session).state.load() != kSessionAttached) {
-    for (auto& o : out) o = absl::FailedPreconditionError("expertd: session is not attached");
-    return out;
+    for (size_t i = 0; i < ids.size(); ++i)
+      now.push_back({i, absl::FailedPreconditionError("expertd: session is not attached")});
+    flush();
+    return;
   }
   HarvestLocked();
   // The session may be closed (worker died) while we wait for reads; leases
@@ -285,11 +305,30 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
     if (!waited) DemandWaitLocked(true);
     waited = true;
   };
+  size_t left = 0;  // ids whose read we wait for
+  // Leases every pending id whose read has finished (into `now`).
+  auto collect_done = [&] {
+    for (size_t i = 0; i < ids.size() && left > 0; ++i) {
+      if (pending[i] < 0 || !fills[i]->done) continue;
+      const uint32_t s = static_cast<uint32_t>(pending[i]);
+      pending[i] = -1;
+      --left;
+      priv_[s].claims--;
+      if (fills[i]->status.ok() && !still_attached()) {
+        now.push_back({i, absl::FailedPreconditionError("expertd: session closed while its read was in flight")});
+      } else if (fills[i]->status.ok()) {
+        table_.LeaseForSession(session, s);
+        now.push_back({i, s});
+      } else {
+        now.push_back({i, fills[i]->status});
+      }
+    }
+  };
   for (size_t i = 0; i < ids.size(); ++i) {
     int id = ids[i];
     auto loc = locator_->Locate(layer, id);
     if (!loc.ok()) {
-      out[i] = loc.status();
+      now.push_back({i, loc.status()});
       continue;
     }
     stats_.requests++;
@@ -303,14 +342,14 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
         uint32_t state = CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed));
         if (state == kSlabReady) {
           if (!still_attached()) {
-            out[i] = absl::FailedPreconditionError("expertd: session closed");
+            now.push_back({i, absl::FailedPreconditionError("expertd: session closed")});
             break;
           }
           table_.LeaseForSession(session, s);
           stats_.tier[int(TierId::kRam)].hits++;
           stats_.tier[int(TierId::kRam)].bytes += table_.slab(s).length;
           NoteHintUsedLocked(s);
-          out[i] = s;
+          now.push_back({i, s});
           break;
         }
         if (state == kSlabFilling) {
@@ -330,6 +369,7 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
           priv_[s].claims++;
           pending[i] = static_cast<int>(s);
           fills[i] = priv_[s].fill;
+          ++left;
           break;
         }
       }
@@ -344,24 +384,29 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
         priv_[s].prefetched = false;
         pending[i] = static_cast<int>(s);
         fills[i] = fill;
+        ++left;
         reads.push_back(StartRead{static_cast<uint32_t>(s), *loc, fill});
         break;
       }
       // Every slab of the class is leased, claimed or filling: start what we
-      // have, then wait for releases (workers release in shared memory, so poll).
+      // have, hand over what is leased (a pipelined worker releases each
+      // expert once computed, which frees slabs for the rest), then wait for
+      // releases (workers release in shared memory, so poll).
       if (!reads.empty()) {
         lk.unlock();
         StartReads(std::move(reads));
         reads.clear();
         lk.lock();
       }
+      collect_done();
+      flush();
       begin_wait();
       if (cv_.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(2))) ==
               std::cv_status::timeout &&
           std::chrono::steady_clock::now() >= deadline) {
-        out[i] = absl::ResourceExhaustedError(
-            absl::StrCat("expertd: no free slab for (layer ", layer, ", id ", id, ") within ", cfg_.wait_ms,
-                         " ms: every slab of its size class is leased; release leases or raise --budget"));
+        now.push_back({i, absl::ResourceExhaustedError(absl::StrCat(
+                              "expertd: no free slab for (layer ", layer, ", id ", id, ") within ", cfg_.wait_ms,
+                              " ms: every slab of its size class is leased; release leases or raise --budget"))});
         break;
       }
     }
@@ -371,23 +416,26 @@ std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int l
     StartReads(std::move(reads));
     lk.lock();
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (pending[i] < 0) continue;
-    uint32_t s = static_cast<uint32_t>(pending[i]);
-    if (!fills[i]->done) begin_wait();
-    cv_.wait(lk, [&] { return fills[i]->done; });
-    priv_[s].claims--;
-    if (fills[i]->status.ok() && !still_attached()) {
-      out[i] = absl::FailedPreconditionError("expertd: session closed while its read was in flight");
-    } else if (fills[i]->status.ok()) {
-      table_.LeaseForSession(session, s);
-      out[i] = s;
-    } else {
-      out[i] = fills[i]->status;
+  flush();  // the resident ones (and bad ids) while the reads run
+  while (left > 0) {
+    collect_done();
+    if (!now.empty()) {
+      flush();
+      continue;
     }
+    begin_wait();
+    cv_.wait(lk);  // OnReadDone notifies
   }
   if (waited) DemandWaitLocked(false);
-  return out;
+}
+
+void ExpertStore::ReleaseUndelivered(uint32_t session, uint64_t token, uint32_t slab) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (session >= table_.max_sessions() || table_.session(session).state.load() != kSessionAttached ||
+      table_.session(session).token.load() != token)
+    return;
+  table_.Release(session, slab);
+  cv_.notify_all();
 }
 
 void ExpertStore::DemandWaitLocked(bool begin) {

@@ -26,9 +26,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -118,11 +121,25 @@ class ExpertStore {
   // Drops all leases of the session (dead or detached worker).
   void CloseSession(uint32_t index);
 
-  // Makes (layer, ids) resident and leases each for the session. Blocks
-  // until every read finished. One result per id: the leased slab or the
-  // error for that id (InvalidArgument for a bad id, DataLoss for a bad
-  // record, ResourceExhausted when no slab frees up in time).
+  // Makes (layer, ids) resident and leases each for the session. One
+  // result per id: the leased slab or the error for that id (InvalidArgument
+  // for a bad id, DataLoss for a bad record, ResourceExhausted when no slab
+  // frees up in time).
+  //
+  // FetchEach reports the results as they come (pipelining: a worker
+  // computes an expert while the layer's other reads are still in flight):
+  // `ready` gets (index into ids, result) pairs, every index exactly once,
+  // resident ids first (after every miss's read was started), then each
+  // miss as soon as its read is published; ids finishing together come in
+  // one call. It is called without the store's lock, on the calling
+  // thread; FetchEach returns once every id was reported. Fetch is FetchEach
+  // collected into request order (blocks until every read finished).
+  using FetchReady = std::function<void(std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>>)>;
+  void FetchEach(uint32_t session, int layer, const std::vector<int>& ids, const FetchReady& ready);
   std::vector<absl::StatusOr<uint32_t>> Fetch(uint32_t session, int layer, const std::vector<int>& ids);
+  // Drops a lease Fetch granted that never reached the worker (its stream
+  // broke); nothing if the session was reclaimed since (its rows are zero).
+  void ReleaseUndelivered(uint32_t session, uint64_t token, uint32_t slab);
   // Starts reads for likely misses (never blocks on I/O). Returns how many
   // reads it started. Two kinds:
   //  * look-ahead (default): a prediction (the next layer's router applied

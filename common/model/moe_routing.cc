@@ -79,13 +79,25 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // (its speculative reads queue behind demand reads either way).
   LookAhead(layer_id, x, S, pos.data());
   experts_->Hint(wanted);
+  // The shared expert needs only x: it runs first, while the routed
+  // experts' reads (started by the hint above) are in flight.
+  std::vector<float> sh;
+  if (lw.has_shared) {
+    sh.resize(S * H);
+    Mlp(lw.sh_gate, lw.sh_up, lw.sh_down, x, S, sh.data());
+  }
   // HF's default experts path (grouped_mm): each (row, slot) output is
   // R(down) * weight in f32; a row sums its K slots in f32 (slot order =
   // descending selection score), rounds once, then adds the shared expert.
+  // Each routed expert is computed as soon as its lease arrives (GetEach:
+  // hits first, misses as their reads land) and writes only its own slots,
+  // so the arrival order never changes the result.
   std::vector<float> slot(S * K * H, 0.0f);
   const int64_t Im = c.moe_intermediate_size;
-  for (const ExpertKey& key : wanted) {
-    MOE_ASSIGN_OR_RETURN(ExpertLease lease, experts_->Get(key.layer, key.expert));
+  std::vector<int> ids;
+  for (const ExpertKey& key : wanted) ids.push_back(key.expert);
+  MOE_RETURN_IF_ERROR(experts_->GetEach(layer_id, ids, [&](size_t index, ExpertLease lease) -> absl::Status {
+    const ExpertKey key = wanted[index];
     const ExpertWeights& ew = lease.weights();
     if (ew.gate.rows != Im || ew.gate.cols != H || ew.up.rows != Im || ew.up.cols != H || ew.down.rows != H ||
         ew.down.cols != Im) {
@@ -114,7 +126,8 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
       float* dst = slot.data() + slots[i] * H;
       for (int64_t d = 0; d < H; ++d) dst[d] = R(y[i * H + d]) * rw[i];
     }
-  }
+    return absl::OkStatus();
+  }));
   std::vector<float> acc(S * H, 0.0f);
   for (int64_t s = 0; s < S; ++s) {
     for (int64_t d = 0; d < H; ++d) {
@@ -124,8 +137,6 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     }
   }
   if (lw.has_shared) {
-    std::vector<float> sh(S * H);
-    Mlp(lw.sh_gate, lw.sh_up, lw.sh_down, x, S, sh.data());
     for (int64_t i = 0; i < S * H; ++i) out[i] = R(acc[i] + sh[i]);
   } else {
     std::memcpy(out, acc.data(), S * H * sizeof(float));

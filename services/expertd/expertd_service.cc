@@ -35,7 +35,8 @@ grpc::Status ExpertdService::Detach(grpc::ServerContext*, const DetachRequest* r
   return grpc::Status::OK;
 }
 
-grpc::Status ExpertdService::FetchExperts(grpc::ServerContext*, const FetchRequest* req, FetchReply* rep) {
+grpc::Status ExpertdService::FetchExperts(grpc::ServerContext*, const FetchRequest* req,
+                                          grpc::ServerWriter<FetchReply>* writer) {
   if (auto s = store_->CheckSession(req->session(), req->token()); !s.ok()) return ToGrpc(s);
   if (req->layer() >= store_->table().num_layers())
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat("invalid layer ", req->layer(), ": the model has ",
@@ -44,24 +45,37 @@ grpc::Status ExpertdService::FetchExperts(grpc::ServerContext*, const FetchReque
   for (size_t i = 0; i < ids.size(); ++i) {
     if (req->experts(int(i)) > 65535) ids[i] = -1;  // rejected by the store as invalid
   }
-  auto results = store_->Fetch(req->session(), static_cast<int>(req->layer()), ids);
-  rep->set_layer(req->layer());
-  for (size_t i = 0; i < results.size(); ++i) {
-    SlabHandle* h = rep->add_slabs();
-    h->set_expert(req->experts(int(i)));
-    if (!results[i].ok()) {
-      h->set_error_code(static_cast<int>(results[i].status().code()));
-      h->set_error(std::string(results[i].status().message()));
-      continue;
-    }
-    Lease l;
-    store_->table().Describe(*results[i], &l);
-    h->set_slab(l.slab);
-    h->set_arena_offset(store_->table().slab(l.slab).arena_offset);
-    h->set_length(l.length);
-    h->set_generation(l.gen);
-    for (uint32_t p = 0; p < l.num_parts; ++p) h->add_part_offsets(l.part_offsets[p]);
-  }
+  // One message per batch the store reports (the resident ones, then each
+  // read as it lands). Once the worker is gone (a write fails), the leases
+  // granted for it are dropped here: nobody would ever release them.
+  bool client_gone = false;
+  store_->FetchEach(req->session(), static_cast<int>(req->layer()), ids,
+                    [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
+                      FetchReply rep;
+                      rep.set_layer(req->layer());
+                      for (const auto& [i, r] : done) {
+                        SlabHandle* h = rep.add_slabs();
+                        h->set_index(static_cast<uint32_t>(i));
+                        h->set_expert(req->experts(int(i)));
+                        if (!r.ok()) {
+                          h->set_error_code(static_cast<int>(r.status().code()));
+                          h->set_error(std::string(r.status().message()));
+                          continue;
+                        }
+                        Lease l;
+                        store_->table().Describe(*r, &l);
+                        h->set_slab(l.slab);
+                        h->set_arena_offset(store_->table().slab(l.slab).arena_offset);
+                        h->set_length(l.length);
+                        h->set_generation(l.gen);
+                        for (uint32_t p = 0; p < l.num_parts; ++p) h->add_part_offsets(l.part_offsets[p]);
+                      }
+                      if (!client_gone && writer->Write(rep)) return;
+                      client_gone = true;
+                      for (const auto& [i, r] : done)
+                        if (r.ok()) store_->ReleaseUndelivered(req->session(), req->token(), *r);
+                    });
+  if (client_gone) return grpc::Status(grpc::StatusCode::CANCELLED, "expertd: the worker left the fetch");
   return grpc::Status::OK;
 }
 

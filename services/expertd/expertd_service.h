@@ -22,7 +22,7 @@ class ExpertdService final : public ExpertD::Service {
 
   grpc::Status Attach(grpc::ServerContext*, const AttachRequest*, AttachReply*) override;
   grpc::Status Detach(grpc::ServerContext*, const DetachRequest*, DetachReply*) override;
-  grpc::Status FetchExperts(grpc::ServerContext*, const FetchRequest*, FetchReply*) override;
+  grpc::Status FetchExperts(grpc::ServerContext*, const FetchRequest*, grpc::ServerWriter<FetchReply>*) override;
   grpc::Status Hint(grpc::ServerContext*, const HintRequest*, HintReply*) override;
   grpc::Status Stats(grpc::ServerContext*, const StatsRequest*, StatsReply*) override;
   grpc::Status Heat(grpc::ServerContext*, const HeatRequest*, HeatReply*) override;

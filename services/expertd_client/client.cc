@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
@@ -149,60 +151,82 @@ void ExpertdClient::Release(const Lease& lease) {
 
 std::vector<absl::StatusOr<Lease>> ExpertdClient::Acquire(int layer, const std::vector<int>& ids) {
   std::vector<absl::StatusOr<Lease>> out(ids.size(), absl::UnknownError("not requested"));
+  AcquireEach(layer, ids, [&](size_t i, absl::StatusOr<Lease> l, bool) { out[i] = std::move(l); });
+  return out;
+}
+
+void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready) {
+  std::vector<bool> done(ids.size(), false);
+  auto deliver = [&](size_t i, absl::StatusOr<Lease> l, bool shm_hit = false) {
+    done[i] = true;
+    ready(i, std::move(l), shm_hit);
+  };
+  auto fail_rest = [&](const absl::Status& s) {
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (!done[i]) deliver(i, s);
+  };
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto c = conn_.load();
-    if (!c || c->detached) {
-      for (auto& o : out) o = absl::FailedPreconditionError("expertd client is not attached");
-      return out;
-    }
+    if (!c || c->detached) return fail_rest(absl::FailedPreconditionError("expertd client is not attached"));
     std::vector<size_t> miss;
+    std::vector<std::pair<size_t, Lease>> hits;
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (out[i].ok()) continue;
+      if (done[i]) continue;
       auto l = c->table.TryLease(c->session, layer, ids[i]);
       if (l) {
         l->epoch = c->epoch;
-        out[i] = *l;
+        hits.push_back({i, *l});
       } else {
         miss.push_back(i);
       }
     }
-    if (miss.empty()) return out;
-    if (layer < 0) {
-      for (size_t i : miss) out[i] = absl::InvalidArgumentError(absl::StrCat("invalid layer ", layer));
-      return out;
+    if (!miss.empty() && layer < 0) {
+      for (auto& [i, l] : hits) deliver(i, l, true);
+      return fail_rest(absl::InvalidArgumentError(absl::StrCat("invalid layer ", layer)));
     }
-    FetchRequest req;
-    req.set_session(c->session);
-    req.set_token(c->token);
-    req.set_layer(static_cast<uint32_t>(layer));
-    for (size_t i : miss) req.add_experts(ids[i] < 0 ? 0xffffffffu : static_cast<uint32_t>(ids[i]));
-    FetchReply rep;
+    // The request goes out before the hits are handed over: expertd reads
+    // the misses while the caller computes the hits.
     grpc::ClientContext ctx;
-    auto st = FromGrpc(stub_->FetchExperts(&ctx, req, &rep));
-    if (!st.ok() && attempt == 0 && ExpertdGone(st) && Reconnect(c).ok()) continue;  // retry on the new instance
-    if (!st.ok() || rep.slabs_size() != int(miss.size())) {
-      absl::Status e = st.ok() ? absl::InternalError("expertd: malformed FetchExperts reply") : st;
-      for (size_t i : miss) out[i] = e;
-      return out;
+    std::unique_ptr<grpc::ClientReader<FetchReply>> reader;
+    if (!miss.empty()) {
+      FetchRequest req;
+      req.set_session(c->session);
+      req.set_token(c->token);
+      req.set_layer(static_cast<uint32_t>(layer));
+      for (size_t i : miss) req.add_experts(ids[i] < 0 ? 0xffffffffu : static_cast<uint32_t>(ids[i]));
+      reader = stub_->FetchExperts(&ctx, req);
     }
-    for (size_t j = 0; j < miss.size(); ++j) {
-      const SlabHandle& h = rep.slabs(int(j));
-      if (h.error_code() != 0) {
-        out[miss[j]] = absl::Status(static_cast<absl::StatusCode>(h.error_code()), h.error());
-        continue;
+    for (auto& [i, l] : hits) deliver(i, l, true);
+    if (miss.empty()) return;
+    FetchReply rep;
+    absl::Status bad;  // a reply naming no requested entry, or one twice
+    while (reader->Read(&rep)) {
+      for (const SlabHandle& h : rep.slabs()) {
+        const bool ok_index = h.index() < miss.size() && !done[miss[h.index()]];
+        if (!ok_index || (h.error_code() == 0 && h.slab() >= c->table.num_slabs())) {
+          bad = absl::InternalError(absl::StrCat("expertd: malformed FetchExperts reply (index ", h.index(),
+                                                 ", slab ", h.slab(), ")"));
+          if (ok_index) deliver(miss[h.index()], bad);
+          continue;
+        }
+        const size_t i = miss[h.index()];
+        if (h.error_code() != 0) {
+          deliver(i, absl::Status(static_cast<absl::StatusCode>(h.error_code()), h.error()));
+          continue;
+        }
+        Lease l;
+        c->table.Describe(h.slab(), &l);  // leased for us by expertd: the descriptor is stable
+        l.epoch = c->epoch;
+        deliver(i, l);
       }
-      if (h.slab() >= c->table.num_slabs()) {
-        out[miss[j]] = absl::InternalError("expertd returned a slab out of range");
-        continue;
-      }
-      Lease l;
-      c->table.Describe(h.slab(), &l);  // leased for us by expertd: the descriptor is stable
-      l.epoch = c->epoch;
-      out[miss[j]] = l;
     }
-    return out;
+    const absl::Status st = FromGrpc(reader->Finish());
+    if (std::all_of(miss.begin(), miss.end(), [&](size_t i) { return done[i]; })) return;
+    if (!st.ok() && attempt == 0 && ExpertdGone(st) && Reconnect(c).ok()) continue;  // the rest from the new instance
+    return fail_rest(!st.ok() ? st
+                     : !bad.ok() ? bad
+                                 : absl::InternalError("expertd: FetchExperts ended before every expert was sent"));
   }
-  return out;
 }
 
 absl::StatusOr<uint32_t> ExpertdClient::Hint(int layer, const std::vector<int>& ids, bool lookahead) {

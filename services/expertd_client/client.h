@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,8 +48,14 @@ class ExpertdClient {
   uint64_t reconnects() const { return reconnects_; }
 
   std::optional<expertstore::Lease> TryLease(int layer, int expert);
-  // Leases every id of one layer: shm hits first, one RPC for the rest.
-  // One result per id, in order; a bad id or record fails only itself.
+  // Leases every id of one layer and hands each to `ready` as soon as it is
+  // leased: the shm hits first (after the one FetchExperts RPC for the misses
+  // went out, so expertd reads them meanwhile), then each miss as expertd
+  // streams it. `ready` runs on the calling thread, once per index; a bad id
+  // or record fails only itself; `shm_hit`: leased in shared memory (no
+  // read). Acquire collects the same into request order.
+  using AcquireReady = std::function<void(size_t index, absl::StatusOr<expertstore::Lease> lease, bool shm_hit)>;
+  void AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready);
   std::vector<absl::StatusOr<expertstore::Lease>> Acquire(int layer, const std::vector<int>& ids);
   void Release(const expertstore::Lease& lease);
   // Prefetch hint (router look-ahead or current routing); returns reads started.

@@ -57,22 +57,49 @@ ExpertLease RemoteExpertSource::MakeLease(const expertstore::Lease& l, const Exp
 }
 
 absl::StatusOr<ExpertLease> RemoteExpertSource::Get(int layer, int expert) {
-  gets_++;
-  const ExpertRecordInfo* rec = container_->FindExpert(layer, expert);
-  if (rec == nullptr)
-    return absl::NotFoundError(absl::StrCat("no routed expert (layer ", layer, ", id ", expert, ") in the container"));
-  if (auto l = client_->TryLease(layer, expert)) {
-    hits_++;
-    return MakeLease(*l, *rec);
+  absl::StatusOr<ExpertLease> out = absl::UnknownError("not fetched");
+  const int one[1] = {expert};
+  absl::Status s = GetEach(layer, one, [&](size_t, ExpertLease l) {
+    out = std::move(l);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status RemoteExpertSource::GetEach(int layer, std::span<const int> experts, const ExpertReady& ready) {
+  std::vector<const ExpertRecordInfo*> recs(experts.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    recs[i] = container_->FindExpert(layer, experts[i]);
+    if (recs[i] == nullptr)
+      return absl::NotFoundError(
+          absl::StrCat("no routed expert (layer ", layer, ", id ", experts[i], ") in the container"));
   }
-  auto r = client_->Acquire(layer, {expert});
-  if (!r[0].ok()) return r[0].status();
-  if (r[0]->length < rec->length)
-    return absl::DataLossError(absl::StrCat("expertd returned ", r[0]->length, " bytes for (layer ", layer, ", id ",
-                                            expert, "), the container says ", rec->length));
-  misses_++;
-  bytes_ += static_cast<int64_t>(r[0]->length);
-  return MakeLease(*r[0], *rec);
+  gets_ += static_cast<int64_t>(experts.size());
+  std::vector<int> ids(experts.begin(), experts.end());
+  absl::Status first;  // the first error; later leases are dropped unused
+  client_->AcquireEach(layer, ids, [&](size_t i, absl::StatusOr<expertstore::Lease> l, bool shm_hit) {
+    if (l.ok()) {
+      (shm_hit ? hits_ : misses_)++;
+      if (!shm_hit) bytes_ += static_cast<int64_t>(l->length);
+    }
+    if (!first.ok()) {
+      if (l.ok()) client_->Release(*l);
+      return;
+    }
+    if (!l.ok()) {
+      first = l.status();
+      return;
+    }
+    if (l->length < recs[i]->length) {
+      first = absl::DataLossError(absl::StrCat("expertd returned ", l->length, " bytes for (layer ", layer, ", id ",
+                                               ids[i], "), the container says ", recs[i]->length));
+      client_->Release(*l);
+      return;
+    }
+    first = ready(i, MakeLease(*l, *recs[i]));
+  });
+  return first;
 }
 
 void RemoteExpertSource::Hint(std::span<const ExpertKey> keys) { Queue(keys, /*lookahead=*/false); }

@@ -1,6 +1,7 @@
 // RemoteExpertSource: the engine's ExpertSource (common/expert_source/expert_source.h)
-// backed by expertd. A hit is a lease from the shared table (no RPC); a miss
-// is one FetchExperts RPC that waits until expertd has read the record.
+// backed by expertd. A hit is a lease from the shared table (no RPC); the
+// misses of a layer are one FetchExperts stream that delivers each record as
+// expertd has read it (GetEach; Get is the one-expert case).
 // Matrix shapes and formats come from the worker's own container (it maps
 // the dense weights from it anyway); the bytes come from expertd's arena.
 //
@@ -38,6 +39,9 @@ class RemoteExpertSource final : public ExpertSource {
   ~RemoteExpertSource() override;
 
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override;
+  // One FetchExperts stream for the layer's misses; each lease is handed
+  // over as it lands (ExpertdClient::AcquireEach), hits first.
+  absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready) override;
   // Hint: the engine's routing of the layer it is about to fetch (expertd
   // fills it like demand). HintAhead: router look-ahead predictions
   // (expertd treats them as speculative: admission-gated, capped, and keeps

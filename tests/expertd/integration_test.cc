@@ -181,6 +181,48 @@ TEST_F(ExpertdIntegration, KilledWorkerReleasesItsLeasesWithinOneSecond) {
   (*c)->Release(*r[1]);
 }
 
+// The streaming FetchExperts: AcquireEach hands over the shm hits first
+// (marked as hits), then each miss as expertd streams it; a bad id fails only
+// itself; every index once, with the record's bytes.
+TEST_F(ExpertdIntegration, AcquireEachStreamsHitsFirstThenEachMiss) {
+  auto d = StartExpertd(16);
+  ASSERT_TRUE(d);
+  auto c = ExpertdClient::Connect(sock_, "test");
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (auto& r : (*c)->Acquire(1, {0, 3})) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    (*c)->Release(*r);
+  }
+  const std::vector<int> ids = {5, 0, 3, 99, 9, 12};
+  std::vector<size_t> order;
+  std::vector<int> seen(ids.size(), 0);
+  std::vector<bool> hit(ids.size(), false);
+  (*c)->AcquireEach(1, ids, [&](size_t i, absl::StatusOr<expertstore::Lease> l, bool shm_hit) {
+    ASSERT_LT(i, ids.size());
+    order.push_back(i);
+    ++seen[i];
+    hit[i] = shm_hit;
+    if (ids[i] == 99) {
+      EXPECT_FALSE(l.ok());
+      return;
+    }
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->expert, ids[i]);
+    EXPECT_EQ(crc32c::Extend(0, l->data, l->length), Crc(1, ids[i]));
+    (*c)->Release(*l);
+  });
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(seen[i], 1) << "index " << i;
+  ASSERT_EQ(order.size(), ids.size());
+  EXPECT_EQ((std::vector<size_t>(order.begin(), order.begin() + 2)), (std::vector<size_t>{1, 2}));  // the hits
+  EXPECT_TRUE(hit[1] && hit[2]);
+  EXPECT_FALSE(hit[0] || hit[4] || hit[5]);
+  auto admin = ExpertdClient::ConnectAdmin(sock_);
+  ASSERT_TRUE(admin.ok());
+  auto st = (*admin)->Stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->slabs_leased(), 0u);  // every lease handed over was released
+}
+
 TEST_F(ExpertdIntegration, WorkersReconnectAfterAnExpertdRestartUnderLoad) {
   auto d = StartExpertd(8);
   ASSERT_TRUE(d);

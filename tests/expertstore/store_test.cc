@@ -60,6 +60,81 @@ TEST(ExpertStore, FetchReadsVerifiesAndLeases) {
   EXPECT_EQ(stats.slabs_ready, 3u);
 }
 
+// FetchEach (the streaming FetchExperts): the resident ids come first, in one
+// report, after the misses' reads were started; then every miss, each index
+// exactly once, with its own bytes.
+TEST(ExpertStore, FetchEachReportsResidentIdsFirstThenEachMissOnce) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_each"), 2, 8, [](int, int) { return kRec; });
+  StoreConfig c;
+  c.page_cache_tier = false;
+  auto st = MakeStore(m, 10, c);
+  auto sess = st->OpenSession(getpid());
+  ASSERT_TRUE(sess.ok());
+  for (auto& r : st->Fetch(sess->index, 1, {2, 6})) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    st->table().Release(sess->index, *r);
+  }
+  const std::vector<int> ids = {0, 6, 3, 2, 5};
+  std::vector<std::vector<size_t>> reports;
+  std::vector<int> seen(ids.size(), 0);
+  st->FetchEach(sess->index, 1, ids, [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
+    reports.emplace_back();
+    for (const auto& [i, r] : done) {
+      ASSERT_LT(i, ids.size());
+      ++seen[i];
+      reports.back().push_back(i);
+      ASSERT_TRUE(r.ok()) << r.status();
+      Lease l;
+      st->table().Describe(*r, &l);
+      EXPECT_TRUE(CheckRecordBytes(l.data, 1, ids[i], kRec)) << "id " << ids[i];
+      st->table().Release(sess->index, *r);
+    }
+  });
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(seen[i], 1) << "index " << i;
+  ASSERT_GE(reports.size(), 2u);
+  EXPECT_EQ(reports[0], (std::vector<size_t>{1, 3}));  // ids 6 and 2 were resident
+  // A bad id is reported with the resident ones, failing only itself.
+  std::vector<absl::StatusOr<uint32_t>> got(3, absl::UnknownError("none"));
+  st->FetchEach(sess->index, 1, {6, 99, 7}, [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
+    for (const auto& [i, r] : done) got[i] = r;
+  });
+  EXPECT_TRUE(got[0].ok());
+  EXPECT_FALSE(got[1].ok());
+  EXPECT_TRUE(got[2].ok());
+  for (auto& r : got)
+    if (r.ok()) st->table().Release(sess->index, *r);
+}
+
+// A worker that releases each expert once used (the pipelined engine) can
+// fetch a layer wider than the cache: the store hands over the finished
+// reads while it waits for a slab, and the releases free slabs for the rest.
+TEST(ExpertStore, FetchEachServesMoreIdsThanSlabsWhenEachIsReleasedOnArrival) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_wide"), 2, 8, [](int, int) { return kRec; });
+  StoreConfig c;
+  c.page_cache_tier = false;
+  c.wait_ms = 500;
+  auto st = MakeStore(m, 2, c);  // 2 slabs, the top-k floor
+  auto sess = st->OpenSession(getpid());
+  ASSERT_TRUE(sess.ok());
+  const std::vector<int> ids = {1, 4, 7, 0, 3};
+  int ok = 0;
+  st->FetchEach(sess->index, 0, ids, [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
+    for (const auto& [i, r] : done) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      Lease l;
+      st->table().Describe(*r, &l);
+      EXPECT_TRUE(CheckRecordBytes(l.data, 0, ids[i], kRec));
+      st->table().Release(sess->index, *r);
+      ++ok;
+    }
+  });
+  EXPECT_EQ(ok, 5);
+  // The batch form holds every lease until the end, so it cannot.
+  auto held = st->Fetch(sess->index, 1, {1, 2, 3});
+  EXPECT_TRUE(held[0].ok() && held[1].ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(held[2].status())) << held[2].status();
+}
+
 TEST(ExpertStore, EvictsUnderASmallBudgetAndStillReturnsCorrectBytes) {
   auto m = WriteSyntheticModel(MakeTempDir("store_small"), 4, 8, [](int, int) { return kRec; });
   StoreConfig c;

@@ -141,7 +141,7 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
   int64_t tokens = 24, warmup = 8, seed = 1, qd = 8;
   uint64_t chunk = 2ull << 20;
   double accuracy = 0.72, zipf = 0.9, keep = 0.35, dense_ms = 0;
-  bool json = false, prefetch_first = false;
+  bool json = false, prefetch_first = false, serial = false;
   FlagSet flags("e2e", "Decode the expert path of tokens through expertd on a moe synth slice.");
   flags.AddString("slice", &slice_dir, "moe synth output directory (slice.json)");
   flags.AddString("expertd", &sock, "unix socket of an expertd serving DIR/slice.manifest");
@@ -159,6 +159,8 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
                   "per MoE layer, this many ms of kernel work after its experts: the next layer's attention, "
                   "router and shared expert, which the engine runs before that layer's fetch (0: none)");
   flags.AddBool("json", &json, "print JSON");
+  flags.AddBool("serial", &serial,
+                "per layer, wait for all of its experts before computing any (the unpipelined path, for A/B)");
   flags.AddBool("prefetch-first", &prefetch_first, "per budget, run prefetch on before off (and on the earlier window)");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
@@ -326,41 +328,45 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
             // Both are predictions: speculative (admission-gated) at expertd.
             (void)client->Hint(last ? 0 : l + 1, pred, /*lookahead=*/true);
           }
-          std::vector<expertstore::Lease> leases;
-          std::vector<int> miss;
-          for (int e : ids) {
-            if (auto ls = client->TryLease(l, e)) {
-              leases.push_back(*ls);
-            } else {
-              miss.push_back(e);
-            }
-          }
-          if (timed) {
-            rr.gets += ids.size();
-            rr.hits += ids.size() - miss.size();
-          }
+          // Pipelined (default): each expert is computed as soon as its lease
+          // arrives (shm hits first, while expertd reads the misses; then
+          // each miss as its read lands) and released at once. --serial:
+          // the whole layer's batch first, then the compute (the old path).
+          absl::Status err;
+          double in_kernels = 0;
+          std::vector<expertstore::Lease> held;
           const auto tf = Clock::now();
-          if (!miss.empty()) {
-            auto got = client->Acquire(l, miss);
-            for (auto& g : got) {
-              if (!g.ok()) {
-                for (auto& ls : leases) client->Release(ls);
-                return Annotate(g.status(), "FetchExperts");
-              }
-              leases.push_back(*g);
+          client->AcquireEach(l, ids, [&](size_t, absl::StatusOr<expertstore::Lease> ls, bool shm_hit) {
+            if (timed) {
+              rr.gets++;
+              rr.hits += shm_hit ? 1 : 0;
             }
-          }
+            if (!ls.ok()) {
+              if (err.ok()) err = Annotate(ls.status(), "FetchExperts");
+              return;
+            }
+            if (serial || !err.ok()) {
+              held.push_back(*ls);
+              return;
+            }
+            const auto tk = Clock::now();
+            err = comp.Run(View(sl, ls->data, ls->part_offsets));
+            in_kernels += Secs(tk, Clock::now());
+            client->Release(*ls);
+          });
           const auto tc = Clock::now();
-          if (timed) rr.fetch_s += Secs(tf, tc);
-          for (const auto& ls : leases) {
-            absl::Status s = comp.Run(View(sl, ls.data, ls.part_offsets));
-            if (!s.ok()) {
-              for (auto& x : leases) client->Release(x);
-              return s;
+          if (err.ok() && serial) {
+            for (const auto& ls : held) {
+              if (err = comp.Run(View(sl, ls.data, ls.part_offsets)); !err.ok()) break;
             }
+            in_kernels += Secs(tc, Clock::now());
           }
-          if (timed) rr.compute_s += Secs(tc, Clock::now());
-          for (auto& ls : leases) client->Release(ls);
+          for (auto& ls : held) client->Release(ls);
+          if (!err.ok()) return err;
+          if (timed) {
+            rr.compute_s += in_kernels;
+            rr.fetch_s += Secs(tf, Clock::now()) - in_kernels;
+          }
           // The dense part of the next layer: real kernel work (experts from
           // private RAM) for dense_ms, while expertd's reads run.
           if (dense_ms > 0) {
@@ -407,7 +413,8 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
                         {"expert_compute_seconds", {t_expert0, t_expert1}},
                         {"lookahead_accuracy", accuracy},
                         {"dense_ms_per_layer", dense_ms},
-                        {"trace", trace_path.empty() ? "synthetic" : trace_path}};
+                        {"trace", trace_path.empty() ? "synthetic" : trace_path},
+                        {"serial", serial}};
     for (const auto& r : results)
       j["runs"].push_back({{"budget_percent", r.budget_pct}, {"budget_bytes", r.budget_bytes},
                            {"prefetch", r.prefetch}, {"tokens", r.tokens}, {"seconds", r.seconds},
