@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,10 +32,25 @@ ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
   return *this;
 }
 
-absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, uint64_t bytes, bool populate) {
+namespace {
+// Free pages of the 2 MiB hugetlb pool (-1 if unknown).
+int64_t FreeHugePages() {
+  FILE* f = std::fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "r");
+  if (!f) return -1;
+  long long n = -1;
+  if (std::fscanf(f, "%lld", &n) != 1) n = -1;
+  std::fclose(f);
+  return n;
+}
+}  // namespace
+
+absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, uint64_t bytes, bool populate, bool huge_pages) {
   if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat("shm ", name, ": zero size"));
-  int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("memfd_create(", name, "): ", strerror(errno)));
+  if (huge_pages) bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | (huge_pages ? MFD_HUGETLB : 0));
+  if (fd < 0)
+    return absl::UnavailableError(absl::StrCat("memfd_create(", name, huge_pages ? ", MFD_HUGETLB" : "", "): ",
+                                               strerror(errno)));
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int e = errno;
     ::close(fd);
@@ -43,9 +60,13 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, uint64_t by
   if (p == MAP_FAILED) {
     int e = errno;
     ::close(fd);
+    if (huge_pages)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "shm ", name, ": ", bytes / kHugePage, " huge pages of 2 MiB needed, ", FreeHugePages(),
+          " free in the pool (root: echo N > /proc/sys/vm/nr_hugepages; or run without huge pages): ", strerror(e)));
     return absl::ResourceExhaustedError(absl::StrCat("shm ", name, ": mmap ", bytes, " bytes: ", strerror(e)));
   }
-  ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort
+  if (!huge_pages) ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort (shmem THP)
   ShmRegion r;
   r.data_ = static_cast<uint8_t*>(p);
   r.size_ = bytes;

@@ -26,8 +26,16 @@ class ShmRegion {
   ShmRegion& operator=(const ShmRegion&) = delete;
 
   // memfd_create + ftruncate + mmap(MAP_SHARED, RW). `populate` pre-faults
-  // the pages so the budget is committed at start.
-  static absl::StatusOr<ShmRegion> Create(const std::string& name, uint64_t bytes, bool populate);
+  // the pages so the budget is committed at start. `huge_pages`: backed by
+  // hugetlb pages of the default size, 2 MiB here (MFD_HUGETLB; the size
+  // rounds up to 2 MiB), taken
+  // from the pool root reserves in /proc/sys/vm/nr_hugepages; a pool too
+  // small is ResourceExhausted naming the pages needed and free. (Without it
+  // the region is MADV_HUGEPAGE'd, which takes effect only where shmem THP
+  // is enabled: /sys/kernel/mm/transparent_hugepage/shmem_enabled.)
+  static absl::StatusOr<ShmRegion> Create(const std::string& name, uint64_t bytes, bool populate,
+                                          bool huge_pages = false);
+  static constexpr uint64_t kHugePage = 2ull << 20;
   // Maps a received fd (takes ownership). Fails if the fd is smaller than bytes.
   static absl::StatusOr<ShmRegion> Map(int fd, uint64_t bytes, bool writable);
 

@@ -95,7 +95,8 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr
   }
   // 3. Shared memory.
   MOE_ASSIGN_OR_RETURN(st->ctl_, ShmRegion::Create("moestream-expertd-ctl", AlignUp(g.control_bytes(), 4096), true));
-  MOE_ASSIGN_OR_RETURN(st->arena_, ShmRegion::Create("moestream-expertd-arena", g.arena_bytes(), config.populate));
+  MOE_ASSIGN_OR_RETURN(st->arena_, ShmRegion::Create("moestream-expertd-arena", g.arena_bytes(), config.populate,
+                                                          config.huge_pages));
   MOE_ASSIGN_OR_RETURN(st->table_, ExpertTable::Format(st->ctl_.data(), st->ctl_.size(), st->arena_.data(),
                                                        st->arena_.size(), g));
   st->priv_.resize(st->table_.num_slabs());

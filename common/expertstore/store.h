@@ -52,6 +52,7 @@ struct StoreConfig {
   IoConfig io;
   bool page_cache_tier = true;    // serve records the OS already caches without disk reads
   bool populate = false;          // pre-fault the arena at start
+  bool huge_pages = false;        // arena on 2 MiB hugetlb pages (shm_region.h; the pool must hold it)
   PolicyConfig policy{0};  // accesses_per_token 0 = MoE layers x top_k
   std::string heat_file;          // load at start (if present), save on SaveHeat/destruction
   int64_t wait_ms = 10000;        // how long a fetch waits for a free slab

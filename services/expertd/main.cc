@@ -37,7 +37,7 @@ int Main(int argc, char** argv) {
   std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, policy = "heat";
   uint64_t budget = 0, chunk = 2ull << 20;
   int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000, spec_inflight = 1;
-  bool page_cache = true, populate = false, register_buffers = true, prefetch_gate = true;
+  bool page_cache = true, populate = false, register_buffers = true, prefetch_gate = true, huge_pages = false;
   FlagSet flags("expertd", "Serve routed experts from a shared-memory cache to inference workers.");
   flags.AddString("model", &model_dir, "moestream container directory (moe convert output)");
   flags.AddString("manifest", &manifest, "or: a text manifest of expert records (tests, synthetic models)");
@@ -55,6 +55,8 @@ int Main(int argc, char** argv) {
   flags.AddBool("register-buffers", &register_buffers, "register slabs as io_uring fixed buffers");
   flags.AddBool("page-cache", &page_cache, "serve records already in the OS page cache without disk reads");
   flags.AddBool("populate", &populate, "pre-fault the arena at start");
+  flags.AddBool("huge-pages", &huge_pages,
+                "arena on 2 MiB hugetlb pages (root reserves them: /proc/sys/vm/nr_hugepages); refused if too few");
   flags.AddInt("max-sessions", &max_sessions, "worker sessions");
   flags.AddInt("wait-ms", &wait_ms, "how long a fetch waits for a slab when all are leased");
   flags.AddString("policy", &policy, "eviction order: heat (decayed count + recency, default) or learned (online model; see policy.h)");
@@ -99,6 +101,7 @@ int Main(int argc, char** argv) {
   cfg.io.kind = *kind;
   cfg.page_cache_tier = page_cache;
   cfg.populate = populate;
+  cfg.huge_pages = huge_pages;
   cfg.heat_file = heat_file;
   cfg.policy.learned = policy == "learned";
   cfg.wait_ms = wait_ms;

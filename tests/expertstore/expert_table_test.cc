@@ -1,6 +1,7 @@
 #include "common/expertstore/expert_table.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <random>
@@ -200,4 +201,24 @@ TEST(ExpertTable, StressLeasingVersusEviction) {
 }
 
 }  // namespace
+// Huge pages: the arena either comes from the hugetlb pool (size rounded up
+// to 2 MiB, usable) or, when the pool is too small (the default: root must
+// reserve pages), the error says how many pages were needed and free.
+TEST(ShmRegionHuge, MapsFromThePoolOrNamesWhatIsMissing) {
+  auto r = ShmRegion::Create("t-huge", 3 << 20, false, /*huge_pages=*/true);
+  if (r.ok()) {
+    EXPECT_EQ(r->size(), 4u << 20);
+    r->data()[0] = 1;
+    r->data()[r->size() - 1] = 2;
+    EXPECT_EQ(r->data()[0] + r->data()[r->size() - 1], 3);
+    auto m = ShmRegion::Map(::dup(r->fd()), r->size(), false);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->data()[r->size() - 1], 2);
+  } else {
+    EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+    EXPECT_NE(r.status().message().find("2 huge pages of 2 MiB needed"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("nr_hugepages"), std::string::npos) << r.status();
+  }
+}
+
 }  // namespace moe::expertstore

@@ -23,7 +23,9 @@ int RunBenchCache(int argc, char** argv) {
   double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
-  bool row_leases = false, recorded_lookahead = false;
+  bool row_leases = false, recorded_lookahead = false, quick = false;
+  int64_t next_use = 0;
+  double nu_horizon = 0;
   double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
   flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1 or 2)");
@@ -57,6 +59,9 @@ int RunBenchCache(int argc, char** argv) {
                   "policy: also replay with the heat this routing trace leaves (same model), as expertd restarted "
                   "with a heat file saved after serving it");
   flags.AddBool("json", &json, "print JSON");
+  flags.AddBool("quick", &quick, "only LRU, ours and Belady (skip learned, static, informed)");
+  flags.AddDouble("next-use-horizon", &nu_horizon, "policy: experimental score's horizon, tokens (0: eviction age)");
+  flags.AddInt("next-use", &next_use, "policy: experimental score (0 heat, 1 expected next use, 2 within horizon)");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -129,10 +134,13 @@ int RunBenchCache(int argc, char** argv) {
   pc.change_z = change_z;
   pc.steady_tokens = steady;
   pc.learned = false;
+  pc.next_use = static_cast<int>(next_use);
+  pc.next_use_horizon = nu_horizon;
   const ReplayOptions ro{.sample = cands, .harvest_every = static_cast<uint64_t>(harvest_every), .row_leases = row_leases};
   auto ours = SimulateHeat(t, slots, pc, ro);  // expertd's default order: the heat score
   pc.learned = true;
-  auto learned = SimulateHeat(t, slots, pc, ro);  // expertd --policy learned
+  SimResult learned;
+  if (!quick) learned = SimulateHeat(t, slots, pc, ro);  // expertd --policy learned
   // Warm: the policy restored from the heat the warm trace's replay left.
   SimResult ours_warm, learned_warm;
   if (!warm_path.empty()) {
@@ -146,11 +154,14 @@ int RunBenchCache(int argc, char** argv) {
     }
   }
   auto opt = SimulateBelady(t, slots);
-  auto opt_nb = SimulateBelady(t, slots, false);
-  auto fixed = SimulateStaticBest(t, slots);
+  SimResult opt_nb, fixed;
+  if (!quick) {
+    opt_nb = SimulateBelady(t, slots, false);
+    fixed = SimulateStaticBest(t, slots);
+  }
   // Synthetic only: the bound of an online policy told the generator's distribution.
   SimResult informed, phase_counts;
-  if (synthetic) {
+  if (synthetic && !quick) {
     informed = SimulateInformed(t, slots, c, 8, cands);
     phase_counts = SimulateInformed(t, slots, c, 1, cands, /*phase_counts=*/true);
   }
