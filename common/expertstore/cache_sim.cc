@@ -261,6 +261,52 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass) {
   return r;
 }
 
+SimResult SimulateNearFuture(const RoutingTrace& t, uint64_t slots, uint64_t future_rows, PolicyConfig c,
+                             int sample) {
+  SimResult r;
+  c.accesses_per_token = AccessesPerToken(t);
+  HeatPolicy p(t.num_layers, t.num_experts, c);
+  const size_t n = t.keys.size(), K = std::max<uint32_t>(1, t.top_k);
+  constexpr uint64_t kNever = ~0ull;
+  std::vector<uint64_t> next(n);  // index of the next access of the same key
+  {
+    std::unordered_map<uint32_t, uint64_t> seen;
+    for (size_t i = n; i-- > 0;) {
+      auto it = seen.find(t.keys[i]);
+      next[i] = it == seen.end() ? kNever : it->second;
+      seen[t.keys[i]] = i;
+    }
+  }
+  std::vector<uint64_t> next_use(size_t(t.num_layers) * t.num_experts, kNever);  // per key, from its last access
+  ResidentSet res(next_use.size());
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t k = t.keys[i];
+    ++r.accesses;
+    p.Touch(k, 1);
+    next_use[k] = next[i];
+    if (res.Has(k)) {
+      ++r.hits;
+      continue;
+    }
+    if (slots == 0) continue;
+    if (res.size() >= slots) {
+      // The window ends with the last access of row (current row + future_rows).
+      const uint64_t end = std::min<uint64_t>(n, (i / K + 1 + future_rows) * K);
+      auto seen_soon = [&](uint32_t q) { return next_use[q] < end; };
+      size_t v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) {
+        const bool sa = seen_soon(a), sb = seen_soon(b);
+        if (sa != sb) return sb;                          // a unused in the window: evict it first
+        if (sa) return next_use[a] > next_use[b];          // both used: the later one
+        return p.EvictBefore(a, b);                        // neither: our order
+      });
+      res.RemoveAt(v);
+    }
+    res.Add(k);
+  }
+  return r;
+}
+
 SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots) {
   SimResult r;
   std::vector<uint64_t> count(size_t(t.num_layers) * t.num_experts, 0);

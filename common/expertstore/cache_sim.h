@@ -87,6 +87,18 @@ inline constexpr char kReplayModelId[] = "moe-bench-cache-replay";
 // persisted state at the end (what expertd would save).
 SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, const ReplayOptions& o = {});
 SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass = true);
+// A reference for what knowing the near future is worth: our policy (heat
+// score, with c) that is also told the true routing of the next
+// `future_rows` rows (a row = one token x MoE layer; 1 = the next layer, as
+// router look-ahead predicts it, but always right; the number of MoE layers
+// = one whole token ahead). A victim is the lowest-scored resident not used
+// within that window; if every resident is, the one used last in it
+// (Belady inside the window). Demand fills, no bypass. The engine's
+// look-ahead knows less than future_rows = 1 (it is ~60-72% right), so where
+// even a few rows of perfect foresight close little of the LRU->Belady gap,
+// no online policy can close more from look-ahead.
+SimResult SimulateNearFuture(const RoutingTrace& t, uint64_t slots, uint64_t future_rows, PolicyConfig c,
+                             int sample = 64);
 // The best fixed placement in hindsight: the `slots` keys the whole trace
 // uses most, each kept from its first use (a compulsory miss, as for the
 // others), nothing else ever admitted. A

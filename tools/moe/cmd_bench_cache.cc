@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/base/flags.h"
 #include "common/expertstore/cache_sim.h"
 #include "nlohmann/json.hpp"
@@ -26,6 +28,7 @@ int RunBenchCache(int argc, char** argv) {
   bool row_leases = false, recorded_lookahead = false, quick = false;
   int64_t next_use = 0;
   double nu_horizon = 0;
+  std::string near_future_s;
   double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
   flags.AddString("trace", &trace_path, "routing trace file (moestream-routing-trace 1 or 2)");
@@ -60,6 +63,8 @@ int RunBenchCache(int argc, char** argv) {
                   "with a heat file saved after serving it");
   flags.AddBool("json", &json, "print JSON");
   flags.AddBool("quick", &quick, "only LRU, ours and Belady (skip learned, static, informed)");
+  flags.AddString("near-future", &near_future_s,
+                  "reference: our policy told the true routing of the next N rows (token x layer), e.g. 1,8,75");
   flags.AddDouble("next-use-horizon", &nu_horizon, "policy: experimental score's horizon, tokens (0: eviction age)");
   flags.AddInt("next-use", &next_use, "policy: experimental score (0 heat, 1 expected next use, 2 within horizon)");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
@@ -165,6 +170,14 @@ int RunBenchCache(int argc, char** argv) {
     informed = SimulateInformed(t, slots, c, 8, cands);
     phase_counts = SimulateInformed(t, slots, c, 1, cands, /*phase_counts=*/true);
   }
+  std::vector<std::pair<int64_t, SimResult>> near_future;
+  for (absl::string_view f : absl::StrSplit(near_future_s, ',', absl::SkipEmpty())) {
+    int64_t rows;
+    if (!absl::SimpleAtoi(f, &rows) || rows < 0)
+      return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat("--near-future: '", f, "' is not a row count")));
+    pc.learned = false;
+    near_future.push_back({rows, SimulateNearFuture(t, slots, uint64_t(rows), pc, cands)});
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double gap = opt.hit_rate() - lru.hit_rate();
   // Share of the LRU -> Belady gap a policy's hit rate closes.
@@ -193,6 +206,8 @@ int RunBenchCache(int argc, char** argv) {
                         {"gap_closed_phase_counts", synthetic ? closed_by(phase_counts) : 0.0},
                         {"score_ns", {{"ours", ours.score_ns}, {"learned", learned.score_ns}}},
                         {"seconds", secs}};
+    for (const auto& [rows, nf] : near_future)
+      j["near_future"].push_back({{"rows", rows}, {"hit_rate", nf.hit_rate()}, {"gap_closed", closed_by(nf)}});
     if (!warm_path.empty()) {
       j["warm_trace"] = warm_path;
       j["hit_rate"]["ours_warm"] = ours_warm.hit_rate();
@@ -221,7 +236,10 @@ int RunBenchCache(int argc, char** argv) {
     std::printf("warm (heat left by %s): ours %.2f%%, %.0f%% of the gap; learned %.2f%%, %.0f%%\n", warm_path.c_str(),
                 100 * ours_warm.hit_rate(), 100 * closed_by(ours_warm), 100 * learned_warm.hit_rate(),
                 100 * closed_by(learned_warm));
-  if (synthetic) {
+  for (const auto& [rows, nf] : near_future)
+    std::printf("near future: told the next %lld rows' routing: %.2f%%, %.0f%% of the gap\n", (long long)rows,
+                100 * nf.hit_rate(), 100 * closed_by(nf));
+  if (synthetic && !quick) {
     std::printf("informed bound (told each phase's expected popularity and the reuse chance): %.2f%%, %.0f%% of the gap\n",
                 100 * informed.hit_rate(), 100 * closed_by(informed));
     std::printf("phase-counts reference (told when phases begin, counts this phase's uses): %.2f%%, %.0f%% of the gap\n",
