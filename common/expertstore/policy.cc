@@ -42,9 +42,6 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
       steady_(slow_.size(), 0.0),
       filled_(slow_.size(), 0),
       visit_start_(num_layers, 0),
-      ahead_time_(num_layers, 0),
-      ahead_count_(num_layers, 0),
-      ahead_open_(num_layers, 0),
       pending_(slow_.size(), -1) {
   double apt = cfg_.accesses_per_token > 0 ? cfg_.accesses_per_token : 600;
   slow_hl_ = apt * (cfg_.slow_tokens > 0 ? cfg_.slow_tokens : 128);
@@ -74,21 +71,9 @@ void HeatPolicy::Touch(uint32_t key, double count) {
   UpdateClockWindows();
   const int layer = static_cast<int>(key / num_experts_);
   if (layer != cur_layer_) {  // a visit of this layer begins
-    if (cur_layer_ >= 0) ahead_open_[cur_layer_] = 0;
     if (visit_start_[layer] != 0) period_[layer] += (double(now_ - visit_start_[layer]) - period_[layer]) / 8;
-    const bool hinted = ahead_time_[layer] != 0 && visit_start_[layer] < ahead_time_[layer];
     visit_start_[layer] = now_;
     cur_layer_ = layer;
-    if (hinted) {
-      constexpr double kKeep = 0.99;
-      la_pred_ = la_pred_ * kKeep + ahead_count_[layer];
-      la_pred_used_ *= kKeep;
-      la_unpred_used_ *= kKeep;
-      ahead_open_[layer] = 1;
-    }
-  }
-  if (ahead_open_[layer] && last_[key] < visit_start_[layer]) {  // a use in a hinted visit: was it named?
-    (expected_[key] == ahead_time_[layer] ? la_pred_used_ : la_unpred_used_) += 1;
   }
   if (pending_[key] >= 0) {  // this key's sample is answered: used again, in time or late
     Sample& s = samples_[size_t(pending_[key] - int64_t(samples_base_))];
@@ -180,46 +165,7 @@ void HeatPolicy::Evicted(uint32_t key) {
   horizon_ = horizon_ == 0 ? age : horizon_ + (age - horizon_) / 256;
 }
 
-void HeatPolicy::Expect(uint32_t key) {
-  const uint32_t layer = key / num_experts_;
-  if (ahead_time_[layer] != now_ + 1) {
-    ahead_time_[layer] = now_ + 1;
-    ahead_count_[layer] = 0;
-  }
-  if (expected_[key] != now_ + 1) ++ahead_count_[layer];
-  expected_[key] = now_ + 1;
-}
-
-double HeatPolicy::NextUseScore(uint32_t key) const {
-  constexpr double kLn2 = 0.6931471805599453;
-  const uint32_t layer = key / num_experts_;
-  const double period = std::max(1.0, period_[layer]);
-  // Accesses until this key's layer is visited next.
-  const double d = int(layer) == cur_layer_ ? period : std::max(0.0, double(visit_start_[layer]) + period - double(now_));
-  // Uses per visit from the frequency term; the recency excess if it was
-  // used in its layer's last visit (the chance routing reuses it).
-  const double r = std::min(1.0, Freq(key, 0) * kLn2 * period_all_ / slow_hl_);
-  const bool used_last = last_[key] != 0 && last_[key] >= visit_start_[layer];
-  const double excess = alpha_ * window_ * kLn2 / slow_hl_;
-  double q1 = used_last ? std::min(1.0, r + excess) : r;
-  // A look-ahead for its layer's next visit names the likely keys and so
-  // also the unlikely ones.
-  if (ahead_time_[layer] != 0 && visit_start_[layer] < ahead_time_[layer]) {
-    const double precision = std::clamp(la_pred_used_ / std::max(1.0, la_pred_), 0.0, 1.0);
-    const double recall = la_pred_used_ / std::max(1e-9, la_pred_used_ + la_unpred_used_);
-    q1 = expected_[key] == ahead_time_[layer] ? std::max(q1, precision) : q1 * (1 - recall);
-  }
-  const double rr = std::max(r, 1e-6);
-  if (cfg_.next_use == 1) return -std::log(d + period * (1 - q1) / rr);
-  if (cfg_.next_use == 3) return q1 / (d + period * cfg_.next_use_horizon + 1);
-  const double h = cfg_.next_use_horizon > 0 ? cfg_.next_use_horizon * period_all_ : Horizon();
-  if (d > h) return -1 - std::log1p(d + period * (1 - q1) / rr) * 1e-3;
-  const double visits = std::floor((h - d) / period);
-  return 1 - (1 - q1) * std::pow(1 - std::min(r, 1.0 - 1e-12), visits);
-}
-
 double HeatPolicy::Score(uint32_t key) const {
-  if (cfg_.next_use) return NextUseScore(key);
   const double bonus = Expected(key) ? kExpectedBonus : 0.0;
   if (cfg_.learned) {
     double x[kFeatures];

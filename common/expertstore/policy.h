@@ -108,10 +108,6 @@ struct PolicyConfig {
   // docs/BENCHMARKS.md, -1 on one. 0: the slow count alone.
   double change_z = 0.5;
   double steady_tokens = 256;
-  // Experimental eviction scores (0 = the heat score): 1 = expected time to
-  // next use, layer-aware; 2 = chance of use within the cache's horizon.
-  int next_use = 0;
-  double next_use_horizon = 0;  // tokens; 0 = mean eviction age
 };
 
 class HeatPolicy {
@@ -147,7 +143,7 @@ class HeatPolicy {
   // 2.5 points of hits where this gains 1.3 (bench cache, 2 x 64 synthetic,
   // 12 slots). Admission (ScoreIfTouched) ignores it, so a prefetch still
   // never evicts a hotter key.
-  void Expect(uint32_t key);
+  void Expect(uint32_t key) { expected_[key] = now_ + 1; }
   bool Expected(uint32_t key) const {
     const uint64_t e = expected_[key];
     return e != 0 && visit_start_[key / num_experts_] < e;
@@ -206,11 +202,6 @@ class HeatPolicy {
     double x[kFeatures];
   };
   double HeatScore(uint32_t key) const;
-  double NextUseScore(uint32_t key) const;
-  std::vector<uint64_t> ahead_time_;  // per layer: expected_ stamp of its latest look-ahead hint
-  std::vector<uint32_t> ahead_count_; // per layer: keys named by that hint
-  std::vector<uint8_t> ahead_open_;   // per layer: its hinted visit is running (counting uses)
-  double la_pred_ = 1, la_pred_used_ = 0.7, la_unpred_used_ = 0.3;  // decayed look-ahead outcome counts
   double Freq(uint32_t key, double add) const;  // frequency term, slow-count units
   void Features(uint32_t key, bool touched, double* x) const;
   double Logit(const double* x) const;

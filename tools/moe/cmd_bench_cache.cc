@@ -26,8 +26,6 @@ int RunBenchCache(int argc, char** argv) {
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
   bool row_leases = false, recorded_lookahead = false, quick = false;
-  int64_t next_use = 0;
-  double nu_horizon = 0;
   std::string near_future_s;
   double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
@@ -65,8 +63,7 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddBool("quick", &quick, "only LRU, ours and Belady (skip learned, static, informed)");
   flags.AddString("near-future", &near_future_s,
                   "reference: our policy told the true routing of the next N rows (token x layer), e.g. 1,8,75");
-  flags.AddDouble("next-use-horizon", &nu_horizon, "policy: experimental score's horizon, tokens (0: eviction age)");
-  flags.AddInt("next-use", &next_use, "policy: experimental score (0 heat, 1 expected next use, 2 within horizon)");
+
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -139,8 +136,6 @@ int RunBenchCache(int argc, char** argv) {
   pc.change_z = change_z;
   pc.steady_tokens = steady;
   pc.learned = false;
-  pc.next_use = static_cast<int>(next_use);
-  pc.next_use_horizon = nu_horizon;
   const ReplayOptions ro{.sample = cands, .harvest_every = static_cast<uint64_t>(harvest_every), .row_leases = row_leases};
   auto ours = SimulateHeat(t, slots, pc, ro);  // expertd's default order: the heat score
   pc.learned = true;
