@@ -219,6 +219,27 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, co
     for (uint32_t k = 0; k < n; ++k) sink += p.Score(k);
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   r.score_ns = n ? ns / (8.0 * n) : 0.0;
+  if (res.size() > 0) {
+    const int reps = std::max<int>(4, int(2000000 / res.size()));
+    uint64_t pick = 0;
+    const auto d0 = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < reps; ++rep) {  // one Score per candidate, as ExpertStore::AllocateLocked
+      size_t best = 0;
+      double best_score = p.Score(res.at(0));
+      for (size_t j = 1; j < res.size(); ++j) {
+        const double sc = p.Score(res.at(j));
+        if (sc < best_score || (sc == best_score && p.last_access(res.at(j)) < p.last_access(res.at(best)))) {
+          best = j;
+          best_score = sc;
+        }
+      }
+      pick += best;
+    }
+    r.decision_ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - d0).count() / double(reps);
+    r.decision_candidates = res.size();
+    sink += double(pick);
+  }
   [[maybe_unused]] volatile double keep = sink;  // the scores must be computed
   return r;
 }

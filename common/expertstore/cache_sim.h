@@ -54,6 +54,11 @@ struct SimResult {
   // per Score, all keys scored 8 times on the final state): expertd scores
   // every unpinned ready slab of the size class on each miss.
   double score_ns = 0;
+  // SimulateHeat: one exact eviction decision on the final state (score
+  // every resident key, take the lowest), as expertd makes per miss: ns per
+  // decision and the candidates it scanned.
+  double decision_ns = 0;
+  uint64_t decision_candidates = 0;
 };
 
 SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);

@@ -200,6 +200,9 @@ int RunBenchCache(int argc, char** argv) {
                         {"gap_closed_informed", synthetic ? closed_by(informed) : 0.0},
                         {"gap_closed_phase_counts", synthetic ? closed_by(phase_counts) : 0.0},
                         {"score_ns", {{"ours", ours.score_ns}, {"learned", learned.score_ns}}},
+                        {"decision_us", {{"ours", ours.decision_ns / 1e3}, {"learned", learned.decision_ns / 1e3}}},
+                        {"decision_candidates", ours.decision_candidates},
+                        {"keys", keys},
                         {"seconds", secs}};
     for (const auto& [rows, nf] : near_future)
       j["near_future"].push_back({{"rows", rows}, {"hit_rate", nf.hit_rate()}, {"gap_closed", closed_by(nf)}});
@@ -227,6 +230,9 @@ int RunBenchCache(int argc, char** argv) {
   std::printf("eviction order cost: heat %.1f ns, learned %.1f ns per candidate (expertd scores every unpinned "
               "slab per miss: %.0f us at %lu slots)\n",
               ours.score_ns, learned.score_ns, ours.score_ns * double(slots) / 1000, (unsigned long)slots);
+  std::printf("one eviction decision (exact scan of %llu residents of %llu keys): heat %.1f us, learned %.1f us\n",
+              (unsigned long long)ours.decision_candidates, (unsigned long long)keys, ours.decision_ns / 1e3,
+              learned.decision_ns / 1e3);
   if (!warm_path.empty())
     std::printf("warm (heat left by %s): ours %.2f%%, %.0f%% of the gap; learned %.2f%%, %.0f%%\n", warm_path.c_str(),
                 100 * ours_warm.hit_rate(), 100 * closed_by(ours_warm), 100 * learned_warm.hit_rate(),
