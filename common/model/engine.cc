@@ -135,9 +135,12 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
   }
   Rng rng(sp.seed);
   std::unordered_map<int32_t, int32_t> counts;  // generated tokens (penalties)
+  const int64_t bytes0 = source_->Stats().bytes_read;
   double t0 = Now();
   MOE_ASSIGN_OR_RETURN(ForwardResult f, model_->Forward(prompt, cache, /*all_rows=*/false));
   r.prefill_seconds = Now() - t0;
+  const int64_t bytes1 = source_->Stats().bytes_read;
+  r.prefill_expert_bytes = bytes1 - bytes0;
   t0 = Now();
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t t =
@@ -154,6 +157,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
   }
   cache.set_pending_token(r.tokens.empty() || r.stopped_at_eos ? -1 : r.tokens.back());
   r.decode_seconds = Now() - t0;
+  r.decode_expert_bytes = source_->Stats().bytes_read - bytes1;
   return r;
 }
 

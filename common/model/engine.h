@@ -69,6 +69,8 @@ struct GenerateResult {
   std::vector<int32_t> tokens;
   bool stopped_at_eos = false;
   double prefill_seconds = 0, decode_seconds = 0;
+  // Expert bytes the source loaded (ExpertSourceStats::bytes_read) in each phase.
+  int64_t prefill_expert_bytes = 0, decode_expert_bytes = 0;
 };
 
 // Teacher-forced MTP drafts (vLLM convention: slot j takes the final-normed

@@ -209,6 +209,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
                   {"expert_hit_rate", st.HitRate()},
                   {"expert_evictions", st.evictions},
                   {"bytes_read", st.bytes_read},
+                  {"prefill_expert_bytes", r.prefill_expert_bytes},
+                  {"decode_expert_bytes", r.decode_expert_bytes},
                   {"kv_bytes", cache.Bytes()},
                   {"lookahead_recall", gate ? gate->LookAheadRecall() : 0.0},
                   {"peak_rss_bytes", PeakRssBytes()},
