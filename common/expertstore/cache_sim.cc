@@ -341,7 +341,7 @@ SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots) {
 }
 
 SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates,
-                           int sample, bool phase_counts) {
+                           int sample, bool phase_counts, double later_weight) {
   SimResult r;
   const uint32_t E = t.num_experts, K = t.top_k;
   const size_t per_token = size_t(t.num_layers) * K, nkeys = size_t(t.num_layers) * E;
@@ -394,7 +394,7 @@ SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const Syntheti
         const size_t visit = l <= cur_layer ? tok * per_token + l * K : (tok ? (tok - 1) * per_token + l * K : 0);
         const bool reused = last[q] != ~0ull && last[q] >= visit && last[q] < visit + K;
         const double q1 = reused ? keep_prob + (1 - keep_prob) * p[q] : p[q];
-        return q1 + 3.0 * p[q];
+        return q1 + later_weight * p[q];
       };
       res.RemoveAt(PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return likely(a) < likely(b); }));
     }

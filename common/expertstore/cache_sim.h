@@ -123,7 +123,10 @@ SimResult SimulateStaticBest(const RoutingTrace& t, uint64_t slots);
 // frequencies as a prior worth 50 tokens: what a perfect change detector is
 // worth to a count-based estimate (a reference, not a bound: a better tuned
 // estimator can beat it).
+// later_weight: the rule is q + later_weight * p (3: "within 4 tokens"); at
+// small budgets a short horizon is the better rule (bench cache
+// --informed-weights tries several and reports the best).
 SimResult SimulateInformed(const RoutingTrace& t, uint64_t slots, const SyntheticTraceConfig& c, int replicates = 8,
-                           int sample = 64, bool phase_counts = false);
+                           int sample = 64, bool phase_counts = false, double later_weight = 3.0);
 
 }  // namespace moe::expertstore

@@ -159,9 +159,15 @@ class HeatPolicy {
   const double* weights() const { return w_; }
   double horizon_tokens() const { return Horizon() / period_all_; }
   uint64_t last_access(uint32_t key) const { return last_[key]; }
-  // True if a victim with score `victim_score` may be evicted for a fill of `key`.
-  bool Admits(uint32_t key, bool speculative, double victim_score) const {
-    return !speculative || victim_score < ScoreIfTouched(key);
+  // True if a victim with score `victim_score` may be evicted for a fill of
+  // `key`. A speculative fill is a prediction that comes true with
+  // `precision`: it is worth the score it would have after its use that
+  // often, and its present score otherwise (precision 1: as if certain).
+  bool Admits(uint32_t key, bool speculative, double victim_score, double precision = 1.0) const {
+    if (!speculative) return true;
+    if (precision >= 1.0) return victim_score < ScoreIfTouched(key);
+    const double now = Expected(key) ? Score(key) - kExpectedBonus : Score(key);
+    return victim_score < precision * ScoreIfTouched(key) + (1.0 - precision) * now;
   }
   // Orders two candidates: true if a should be evicted before b.
   bool EvictBefore(uint32_t a, uint32_t b) const {

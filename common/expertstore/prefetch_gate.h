@@ -39,6 +39,11 @@ struct PrefetchGateConfig {
   bool enabled = true;            // false: always allow (A/B against the old behaviour)
   double busy_tau_s = 1.0;        // time constant of the demand-waiting average
   double precision_decay = 0.95;  // weight kept per resolved look-ahead fill
+  // Admission of a look-ahead fill that evicts: weigh the prediction by the
+  // measured precision p (HeatPolicy::Admits) instead of treating it as
+  // certain, so a wrong guess (1 - p of them) does not evict a key worth more
+  // than the guess is on average.
+  bool weigh_admission = false;
 };
 
 class PrefetchGate {

@@ -250,7 +250,9 @@ int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative
     heap.pop_back();
     // Admission: a hint never evicts a key hotter than what it brings; the
     // heap yields the coldest first, so the rest are hotter too.
-    if (!policy_.Admits(key, speculative, c.score)) return -1;
+    if (!policy_.Admits(key, speculative, c.score,
+                        cfg_.prefetch_gate.weigh_admission ? gate_.precision() : 1.0))
+      return -1;
     const uint32_t old_key = table_.slab(c.slab).key.load(std::memory_order_relaxed);
     if (table_.TryEvict(c.slab)) {
       policy_.Evicted(policy_.index(KeyLayer(old_key), KeyExpert(old_key)));

@@ -38,6 +38,7 @@ int Main(int argc, char** argv) {
   uint64_t budget = 0, chunk = 2ull << 20;
   int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000, spec_inflight = 1;
   bool page_cache = true, populate = false, register_buffers = true, prefetch_gate = true, huge_pages = false;
+  bool weigh_admission = false;
   FlagSet flags("expertd", "Serve routed experts from a shared-memory cache to inference workers.");
   flags.AddString("model", &model_dir, "moestream container directory (moe convert output)");
   flags.AddString("manifest", &manifest, "or: a text manifest of expert records (tests, synthetic models)");
@@ -51,6 +52,8 @@ int Main(int argc, char** argv) {
                "(0 = no cap)");
   flags.AddBool("prefetch-gate", &prefetch_gate,
                 "read look-ahead hints only while their precision beats the share of time fetches wait");
+  flags.AddBool("prefetch-weigh-admission", &weigh_admission,
+                "a look-ahead fill evicts only a key worth less than the prediction's measured precision makes it");
   flags.AddString("io", &io_kind, "io engine: auto (io_uring, else pread), uring, pread");
   flags.AddBool("register-buffers", &register_buffers, "register slabs as io_uring fixed buffers");
   flags.AddBool("page-cache", &page_cache, "serve records already in the OS page cache without disk reads");
@@ -95,6 +98,7 @@ int Main(int argc, char** argv) {
   cfg.io.chunk_bytes = chunk;
   cfg.io.max_speculative_inflight = static_cast<int>(spec_inflight);
   cfg.prefetch_gate.enabled = prefetch_gate;
+  cfg.prefetch_gate.weigh_admission = weigh_admission;
   cfg.io.register_buffers = register_buffers;
   auto kind = expertstore::ParseIoKind(io_kind);
   if (!kind.ok()) return Fail(kind.status());
