@@ -48,6 +48,21 @@ TEST(HeatPolicy, AdmissionRefusesSpeculativeFillsOverHotterVictims) {
   EXPECT_TRUE(p.Admits(1, false, p.Score(0)));  // demand fills always evict
 }
 
+// A look-ahead prediction right a fraction p of the time is worth p of the
+// score its use would give: a victim between that and the full value stays.
+TEST(HeatPolicy, AdmissionWeighsAPredictionByItsPrecision) {
+  HeatPolicy p(1, 4, SlowCount({1, 1000, 1, 0.0, 1.0, false}));  // frequency only, no recency bonus
+  for (int i = 0; i < 3; ++i) p.Touch(1);  // the victim: used 3 times
+  for (int i = 0; i < 6; ++i) p.Touch(2);  // the predicted key: 6 times (scores are counts here)
+  const double victim = p.Score(1), full = p.ScoreIfTouched(2);
+  ASSERT_LT(victim, full);
+  EXPECT_TRUE(p.Admits(2, true, victim));               // as if certain: evicts
+  EXPECT_TRUE(p.Admits(2, true, victim, 0.9));          // 0.9 x 7 + 0.1 x 6 > 3
+  EXPECT_FALSE(p.Admits(3, true, victim, 0.3));         // never used: 0.3 x 1 < 3
+  EXPECT_TRUE(p.Admits(3, true, p.Score(0), 0.3));      // an empty victim still goes
+  EXPECT_TRUE(p.Admits(3, false, victim, 0.3));         // demand fills always evict
+}
+
 // Adaptive window: a steadily used key is scored by its steady count (a
 // one-use dip in the recent count does not reorder it), a key whose use
 // stopped falls back to the slow count, which forgets faster.
