@@ -13,10 +13,11 @@
 //     lbuild/ggml/src/libggml.a lbuild/ggml/src/libggml-cpu.a lbuild/ggml/src/libggml-base.a -fopenmp -lpthread
 //
 //   llama_decode --model M.gguf --prompt-ids FILE [--n-predict 32] [--threads 2] [--batch 512] [--ubatch 512]
-//                [--flash-attn auto|on|off] [--load-mode auto|mmap|none]
+//                [--flash-attn auto|on|off] [--load-mode auto|mmap|none] [--repack on|off] [--score]
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -52,8 +53,9 @@ int Argmax(const float* x, int n) { return int(std::max_element(x, x + n) - x); 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, ids_path, fa = "auto", load = "auto";
+  std::string model, ids_path, fa = "auto", load = "auto", repack = "on";
   int n_predict = 32, threads = 2, batch = 512, ubatch = 512;
+  bool score = false;  // also each prompt position's argmax and its log-probability (teacher forced)
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -68,6 +70,8 @@ int main(int argc, char** argv) {
     else if (a == "--ubatch") ubatch = std::atoi(val().c_str());
     else if (a == "--flash-attn") fa = val();
     else if (a == "--load-mode") load = val();
+    else if (a == "--repack") repack = val();
+    else if (a == "--score") score = true;
     else Die("unknown flag " + a);
   }
   if (model.empty() || ids_path.empty()) Die("--model and --prompt-ids are required");
@@ -90,6 +94,8 @@ int main(int argc, char** argv) {
   if (load == "mmap") mp.load_mode = LLAMA_LOAD_MODE_MMAP;
   else if (load == "none") mp.load_mode = LLAMA_LOAD_MODE_NONE;
   else if (load != "auto") Die("--load-mode: auto, mmap or none");
+  if (repack != "on" && repack != "off") Die("--repack: on or off");
+  mp.use_extra_bufts = repack == "on";  // llama.cpp's --no-repack sets it off
   const auto t_load0 = Clock::now();
   const long long io0 = ReadBytes();
   llama_model* m = llama_model_load_from_file(model.c_str(), mp);
@@ -109,8 +115,10 @@ int main(int argc, char** argv) {
   const long long io_load = ReadBytes() - io0;
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
 
-  // Prefill: the prompt in n_batch-sized llama_decode calls, logits for the last position only.
+  // Prefill: the prompt in n_batch-sized llama_decode calls, logits for the last position only
+  // (--score: every position).
   std::vector<int> out;
+  std::vector<std::pair<int, double>> scores;
   const auto t0 = Clock::now();
   const long long io1 = ReadBytes();
   for (size_t at = 0; at < prompt.size(); at += size_t(cp.n_batch)) {
@@ -121,11 +129,18 @@ int main(int argc, char** argv) {
       b.pos[i] = llama_pos(at + i);
       b.n_seq_id[i] = 1;
       b.seq_id[i][0] = 0;
-      b.logits[i] = at + i + 1 == prompt.size();
+      b.logits[i] = score || at + i + 1 == prompt.size();
     }
     b.n_tokens = n;
     if (llama_decode(ctx, b) != 0) Die("llama_decode failed in prefill");
     llama_batch_free(b);
+    for (int i = 0; score && i < n; ++i) {
+      const float* lg = llama_get_logits_ith(ctx, i);
+      const int am = Argmax(lg, n_vocab);
+      double z = 0;
+      for (int v = 0; v < n_vocab; ++v) z += std::exp(double(lg[v]) - lg[am]);
+      scores.push_back({am, -std::log(z)});
+    }
   }
   out.push_back(Argmax(llama_get_logits_ith(ctx, -1), n_vocab));
   const auto t1 = Clock::now();
@@ -148,7 +163,14 @@ int main(int argc, char** argv) {
               (n_predict - 1) / Secs(t1, t2), io3 - io2, (long long)ru.ru_maxrss * 1024, threads, int(cp.n_batch),
               int(cp.n_ubatch), fa.c_str(), load.c_str());
   for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? ", " : "", out[i]);
-  std::printf("]}\n");
+  std::printf("]");
+  if (score) {
+    std::printf(", \"score\": [");
+    for (size_t i = 0; i < scores.size(); ++i)
+      std::printf("%s[%d, %.6f]", i ? ", " : "", scores[i].first, scores[i].second);
+    std::printf("]");
+  }
+  std::printf("}\n");
   llama_free(ctx);
   llama_model_free(m);
   llama_backend_free();
