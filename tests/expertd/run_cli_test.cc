@@ -253,5 +253,33 @@ TEST_F(MoeRunExpertd, SynthSliceServesTheE2eBench) {
   EXPECT_NE(neg.raw.find("--dense-ms must be in [0, 10000] (got -1)"), std::string::npos) << neg.raw;
 }
 
+// moe synth --from-container: a slice over the container's own MoE-layer
+// records (renumbered, not copied) that expertd and the e2e bench serve.
+TEST_F(MoeRunExpertd, SliceOfAContainerServesTheE2eBench) {
+  const std::string slice = (dir_ / "cslice").string();
+  RunOut w = Sh(kMoe + " synth --from-container " + container() + " --out " + slice);
+  ASSERT_EQ(w.rc, 0) << w.raw;
+  std::ifstream js(slice + "/slice.json");
+  auto j = nlohmann::json::parse(js, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["layers"].get<int>(), 2);  // tiny-glm-random: layers 1 and 2 are MoE (0 dense, 3 MTP)
+  EXPECT_EQ(j["experts"].get<int>(), 16);
+  EXPECT_EQ(j["top_k"].get<int>(), 4);
+  EXPECT_EQ(j["format"].get<std::string>(), "q4_g64");
+  const uint64_t rec = j["record_bytes"];
+  StartExpertd(32 * ((rec + 4095) / 4096 * 4096), slice + "/slice.manifest", "4");
+  RunOut b = Sh(kMoe + " bench e2e --slice " + slice + " --expertd " + sock_ +
+                " --tokens 4 --warmup 4 --budgets 100 --json 2>&1");
+  ASSERT_EQ(b.rc, 0) << b.raw;
+  auto out = nlohmann::json::parse(b.raw.substr(b.raw.find('{')), nullptr, false);
+  ASSERT_FALSE(out.is_discarded()) << b.raw;
+  ASSERT_EQ(out["runs"].size(), 2u);
+  for (const auto& r : out["runs"]) EXPECT_GT(r["tokens_per_second"].get<double>(), 0);
+  // Not a container: named.
+  RunOut bad = Sh("(" + kMoe + " synth --from-container " + (dir_ / "none").string() + " --out " + slice + "2 2>&1)");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.raw.find("none"), std::string::npos) << bad.raw;
+}
+
 }  // namespace
 }  // namespace moe

@@ -208,22 +208,18 @@ absl::Status DoBench(int argc, char** argv, bool* help) {
   std::vector<ExpertView> views;
   {
     const int n = int(std::min<int64_t>(8, sl.layers * sl.experts));
-    int fd = ::open(loc->files()[0].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return absl::NotFoundError(absl::StrCat(loc->files()[0], ": cannot open"));
     for (int i = 0; i < n; ++i) {
       auto li = loc->Locate(int(i / sl.experts), int(i % sl.experts));
-      if (!li.ok() || li->file != 0) {
-        ::close(fd);
-        return absl::DataLossError("slice manifest: records must live in file 0");
-      }
+      if (!li.ok()) return Annotate(li.status(), "slice manifest");
+      const std::string& path = loc->files()[li->file];
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
       recs.emplace_back(AlignUp(li->length, 4096));
-      if (::pread(fd, recs.back().data(), li->length, off_t(li->offset)) != ssize_t(li->length)) {
-        ::close(fd);
-        return absl::DataLossError(absl::StrCat(loc->files()[0], ": cannot read record ", i));
-      }
+      const bool ok = ::pread(fd, recs.back().data(), li->length, off_t(li->offset)) == ssize_t(li->length);
+      ::close(fd);
+      if (!ok) return absl::DataLossError(absl::StrCat(path, ": cannot read record ", i));
       views.push_back(View(sl, recs.back().data(), li->part_offsets));
     }
-    ::close(fd);
   }
   auto compute_floor = [&]() -> absl::StatusOr<double> {
     const size_t n = views.size();

@@ -15,16 +15,20 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/base/aligned_buffer.h"
 #include "common/base/flags.h"
 #include "common/base/status.h"
+#include "common/expertstore/container_locator.h"
 #include "common/expertstore/record_locator.h"
+#include "common/format/container.h"
 #include "common/format/crc32c.h"
 #include "common/format/qformat.h"
 #include "nlohmann/json.hpp"
@@ -42,11 +46,77 @@ struct Part {
   bool scales;
 };
 
+// --from-container: a slice over a converted container's own expert
+// records (its MoE layers renumbered 0..), no bytes copied: the manifest
+// points into the container's shards.
+absl::Status SliceOfContainer(const std::string& dir, const std::string& out) {
+  MOE_ASSIGN_OR_RETURN(auto loc, expertstore::ContainerLocator::Open(dir));
+  std::ifstream cf(dir + "/config.json");
+  auto cfg = nlohmann::json::parse(cf, nullptr, false);
+  if (cfg.is_discarded() || !cfg.contains("num_experts_per_tok") || !cfg.contains("hidden_size") ||
+      !cfg.contains("moe_intermediate_size"))
+    return absl::InvalidArgumentError(absl::StrCat("--from-container ", dir, ": config.json lacks the MoE shapes"));
+  std::vector<std::pair<std::pair<int, int>, RecordLocation>> recs;
+  int moe_layers = 0, first_moe = -1;
+  uint64_t length = 0, total = 0;
+  // The main model's MoE layers (the MTP layer, the last, stores its experts
+  // in another format).
+  for (int l = 0; l + 1 < loc->num_layers(); ++l) {
+    if (!loc->Locate(l, 0).ok()) continue;
+    if (first_moe < 0) first_moe = l;
+    for (int e = 0; e < loc->num_experts(); ++e) {
+      MOE_ASSIGN_OR_RETURN(RecordLocation r, loc->Locate(l, e));
+      length = std::max(length, r.length);
+      total += Up(r.length, 4096);
+      recs.push_back({{moe_layers, e}, r});
+    }
+    ++moe_layers;
+  }
+  if (moe_layers == 0) return absl::InvalidArgumentError(absl::StrCat("--from-container ", dir, ": no expert records"));
+  const ContainerTensor* t =
+      loc->container().Find(absl::StrCat("model.layers.", first_moe, ".mlp.experts.0.gate_proj.weight"));
+  if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("--from-container ", dir, ": no expert tensors"));
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--out ", out, ": ", ec.message()));
+  std::vector<std::string> files;
+  for (const auto& f : loc->files()) files.push_back(std::filesystem::absolute(f).string());
+  // The container's id (type/shape/policy/plan) without the long policy
+  // part: expertd's shared header holds 128 characters.
+  const std::vector<std::string> idp = absl::StrSplit(loc->model_id(), '/');
+  const std::string id = idp.size() >= 3 ? absl::StrCat(idp[0], "/", idp[1], "/", idp.back(), "/moe-layers")
+                                         : loc->model_id().substr(0, 100) + "/moe-layers";
+  MOE_RETURN_IF_ERROR(expertstore::ManifestLocator::Write(out + "/slice.manifest", id, moe_layers, loc->num_experts(),
+                                                          files, recs));
+  nlohmann::json j = {{"kind", "moestream-synth-slice"},
+                      {"version", 1},
+                      {"model_id", id},
+                      {"hidden", cfg["hidden_size"]},
+                      {"moe_intermediate", cfg["moe_intermediate_size"]},
+                      {"format", std::string(Name(t->format))},
+                      {"layers", moe_layers},
+                      {"experts", loc->num_experts()},
+                      {"top_k", cfg["num_experts_per_tok"]},
+                      {"record_bytes", length},
+                      {"total_bytes", total},
+                      {"manifest", "slice.manifest"},
+                      {"container", dir}};
+  std::ofstream js(out + "/slice.json");
+  js << j.dump(1) << "\n";
+  js.close();
+  if (!js) return absl::InternalError(absl::StrCat(out, "/slice.json: write failed"));
+  std::printf("slice of %s: %d MoE layers x %d experts (%.2f GB of records, not copied) in %s\n", dir.c_str(),
+              moe_layers, loc->num_experts(), total / 1e9, out.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status DoSynth(int argc, char** argv, bool* help) {
-  std::string out, format = "q4_g64";
+  std::string out, format = "q4_g64", from_container;
   int64_t layers = 2, experts = 64, hidden = 6144, inter = 2048, seed = 1, top_k = 8;
   FlagSet flags("synth", "Write a synthetic GLM-5-shaped expert slice (records + manifest) for moe bench e2e.");
   flags.AddString("out", &out, "output directory");
+  flags.AddString("from-container", &from_container,
+                  "instead of writing records: a slice over this converted container's MoE layers (no copy)");
   flags.AddInt("layers", &layers, "MoE layers");
   flags.AddInt("experts", &experts, "routed experts per layer (GLM-5: 256)");
   flags.AddInt("hidden", &hidden, "hidden size H (GLM-5: 6144)");
@@ -61,6 +131,7 @@ absl::Status DoSynth(int argc, char** argv, bool* help) {
     return absl::OkStatus();
   }
   if (out.empty()) return absl::InvalidArgumentError("--out is required");
+  if (!from_container.empty()) return SliceOfContainer(from_container, out);
   if (layers < 1 || experts < 1 || hidden < 1 || inter < 1 || top_k < 1 || top_k > experts)
     return absl::InvalidArgumentError("--layers, --experts, --hidden, --moe-intermediate must be >= 1 and "
                                       "--top-k in [1, --experts]");
