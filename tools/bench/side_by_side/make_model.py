@@ -26,6 +26,7 @@ one input shard: placeholder shards (valid headers over sparse data) give the co
 front. Deterministic: every tensor comes from a generator seeded by its name.
 
   python3 tools/bench/side_by_side/make_model.py --out DIR [--moe-layers 9] [--experts 64] [--moe build/tools/moe/moe]
+      [--max-shards N] [--resume]   (a stopped run continues where its last converted shard ended)
   -> DIR/container (moestream), DIR/model.gguf (llama.cpp), DIR/config.json (the HF config)
 """
 import argparse
@@ -379,6 +380,56 @@ def gguf_open(path, cfg):
     return w
 
 
+def gguf_tensor_count(ts, experts):
+    """How many GGUF tensors the HF tensors ts become (kv_b: two; each projection's experts: one merged)."""
+    n = sum(2 if t.gguf == "kv_b" else 1 for t in ts if t.kind != "int4")
+    return n + sum(t.kind == "int4" for t in ts) // experts
+
+
+def resume_point(out, cfg, names):
+    """Shards already converted: those whose HF input the converter has deleted (it deletes a shard only once
+    its records are in the container), which must be a prefix."""
+    hf = os.path.join(out, "hf")
+    for f in ("model.safetensors.index.json", "config.json"):
+        if not os.path.exists(os.path.join(hf, f)):
+            sys.exit(f"--resume: {os.path.join(hf, f)} is missing (not an interrupted make_model.py run)")
+    if json.load(open(os.path.join(hf, "config.json"))) != cfg:
+        sys.exit("--resume: --moe-layers / --experts differ from the interrupted run's config.json")
+    present = [os.path.exists(os.path.join(hf, n)) for n in names]
+    done = present.index(True) if True in present else len(names)
+    if not all(present[done:]):
+        sys.exit(f"--resume: HF shards {names[done:]} are not all present (the converted ones must be a prefix)")
+    if not os.path.exists(os.path.join(out, "model.gguf")):
+        sys.exit("--resume: model.gguf is missing")
+    return done
+
+
+def gguf_reopen(path, cfg, done_shards):
+    """A writer positioned after done_shards' tensors in the existing GGUF at path. The header is rebuilt into
+    a side file (deterministic: the same bytes) and compared; the data of the shards not yet done is cut off."""
+    tmp = path + ".header"
+    w = gguf_open(tmp, cfg)
+    w.fout[0].close()
+    header = open(tmp, "rb").read()
+    os.remove(tmp)
+    with open(path, "rb") as f:
+        if f.read(len(header)) != header:
+            sys.exit(f"--resume: {path}'s header differs from this configuration's")
+    off = len(header)
+    n = sum(gguf_tensor_count(ts, cfg["n_routed_experts"]) for ts in done_shards)
+    for _ in range(n):
+        ti = w.tensors[0].pop(next(iter(w.tensors[0])))
+        off = w.ggml_pad(off, w.data_alignment) + w.ggml_pad(ti.nbytes, w.data_alignment)
+    if os.path.getsize(path) < off:
+        sys.exit(f"--resume: {path} holds {os.path.getsize(path)} bytes, fewer than the {off} of the shards done")
+    f = open(path, "r+b")
+    f.truncate(off)
+    f.seek(off)
+    w.fout[0] = f
+    w.state = type(w.state).WEIGHTS if n else w.state
+    return w
+
+
 # ---- one pass: values -> HF shard + GGUF tensors ---------------------------------------------------
 
 def emit(t, fill, gw, pending):
@@ -421,32 +472,50 @@ def main():
     ap.add_argument("--moe-layers", type=int, default=9)
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--moe", default=os.path.join(ROOT, "build/tools/moe/moe"))
+    ap.add_argument("--resume", action="store_true",
+                    help="continue an interrupted run in --out (same --moe-layers / --experts)")
+    ap.add_argument("--max-shards", type=int, default=0, help="stop after this many shards (0: all; --resume goes on)")
     a = ap.parse_args()
     cfg = config(a.moe_layers, a.experts)
     L, E = cfg["num_hidden_layers"], cfg["n_routed_experts"]
-    if os.path.exists(a.out) and os.listdir(a.out):
-        sys.exit(f"--out {a.out} is not empty (the GGUF is written in one pass: start from an empty directory)")
     hf = os.path.join(a.out, "hf")
-    os.makedirs(hf, exist_ok=True)
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    shutil.copy(os.path.join(hf, "config.json"), os.path.join(a.out, "config.json"))
-    for fn in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if os.path.exists(os.path.join(TOKENIZER_DIR, fn)):
-            shutil.copy(os.path.join(TOKENIZER_DIR, fn), os.path.join(hf, fn))
     # Shard k = layer k - 1 (shard 1 also holds the embeddings, final norm and head).
     shards = [global_tensors() + layer_tensors(0, E)] + [layer_tensors(l, E) for l in range(1, L)]
     names = [f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))]
-    weight_map = {}
-    for name, ts in zip(names, shards):
-        write_placeholder(os.path.join(hf, name), ts)
-        for t in ts:
-            for n, _, _ in t.hf_parts():
-                weight_map[n] = name
-    with open(os.path.join(hf, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {}, "weight_map": weight_map}, f)
-    gw = gguf_open(os.path.join(a.out, "model.gguf"), cfg)
+    gguf_path = os.path.join(a.out, "model.gguf")
+    if a.resume:
+        done = resume_point(a.out, cfg, names)
+        gw = gguf_reopen(gguf_path, cfg, shards[:done])
+    else:
+        if os.path.exists(a.out) and os.listdir(a.out):
+            sys.exit(f"--out {a.out} is not empty (continue an interrupted run with --resume, or start from an "
+                     "empty directory)")
+        done = 0
+        os.makedirs(hf, exist_ok=True)
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+        shutil.copy(os.path.join(hf, "config.json"), os.path.join(a.out, "config.json"))
+        for fn in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if os.path.exists(os.path.join(TOKENIZER_DIR, fn)):
+                shutil.copy(os.path.join(TOKENIZER_DIR, fn), os.path.join(hf, fn))
+        weight_map = {}
+        for name, ts in zip(names, shards):
+            write_placeholder(os.path.join(hf, name), ts)
+            for t in ts:
+                for n, _, _ in t.hf_parts():
+                    weight_map[n] = name
+        with open(os.path.join(hf, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+        gw = gguf_open(gguf_path, cfg)
+    written = 0
     for k, (name, ts) in enumerate(zip(names, shards)):
+        if k < done:
+            continue
+        if a.max_shards and written == a.max_shards:
+            gw.fout[0].close()
+            print(f"stopped after {written} shard(s): {k}/{len(shards)} done (run again with --resume)")
+            return
+        written += 1
         fill = ShardFiller(os.path.join(hf, name), ts)
         pending = []
         for t in ts:
@@ -459,6 +528,8 @@ def main():
                             "--delete-source", "--max-shards", "1", "--verify", "quick"])
         if r.returncode != 0:
             sys.exit(f"moe convert failed on shard {k + 1}")
+        gw.fout[0].flush()
+        os.fsync(gw.fout[0].fileno())
         print(f"shard {k + 1}/{len(shards)} written and converted", flush=True)
     gw.close()
     print(f"container: {os.path.join(a.out, 'container')}, gguf: {os.path.join(a.out, 'model.gguf')}")
