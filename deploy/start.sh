@@ -4,6 +4,8 @@
 # their routed experts from that one expertd (--expertd; without expertd each
 # uses its in-process store), and the gateway; one config file for all.
 # Waits (bounded) until expertd's socket exists and the gateway's /health says ok.
+# expertd and the workers run under deploy/respawn.sh: one that dies is started again
+# (the gateway sees the worker out of rotation meanwhile; workers re-attach to expertd).
 #   deploy/start.sh [--config FILE] [--run-dir DIR] [--workers N] [--bin-dir DIR] [-- extra inferd flags]
 # Stop with deploy/stop.sh --run-dir DIR.
 set -euo pipefail
@@ -41,11 +43,15 @@ start() {  # name, command...
   echo $! >"$RUN/$name.pid"
   echo "[start] $name (pid $!): log $RUN/$name.log"
 }
+respawned() {  # name, command...: started again whenever it exits
+  local name=$1; shift
+  start "$name" "$ROOT/deploy/respawn.sh" "$name" "$@"
+}
 
 EXPERTD=()
 if awk '/^\[expertd\]/{s=1;next} /^\[/{s=0} s && /^[[:space:]]*(manifest|model)[[:space:]]*=/{f=1} END{exit !f}' "$CONFIG"; then
   rm -f "$RUN/expertd.sock"
-  start expertd "$BIN/services/expertd/expertd" --config "$CONFIG" --socket "$RUN/expertd.sock"
+  respawned expertd "$BIN/services/expertd/expertd" --config "$CONFIG" --socket "$RUN/expertd.sock"
   for _ in $(seq 1 600); do
     [ -S "$RUN/expertd.sock" ] && break
     if ! kill -0 "$(cat "$RUN/expertd.pid")" 2>/dev/null; then
@@ -61,7 +67,7 @@ if awk '/^\[expertd\]/{s=1;next} /^\[/{s=0} s && /^[[:space:]]*(manifest|model)[
 fi
 workers=()
 for i in $(seq 0 $((WORKERS - 1))); do
-  start "inferd$i" "$BIN/services/inferd/inferd" --config "$CONFIG" --listen "unix:$RUN/inferd$i.sock" \
+  respawned "inferd$i" "$BIN/services/inferd/inferd" --config "$CONFIG" --listen "unix:$RUN/inferd$i.sock" \
     "${EXPERTD[@]}" "${EXTRA[@]}"
   workers+=(--worker "unix:$RUN/inferd$i.sock")
 done

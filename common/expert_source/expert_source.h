@@ -146,6 +146,9 @@ class ExpertSource {
   virtual void Hint(std::span<const ExpertKey> keys) { (void)keys; }
   virtual void HintAhead(std::span<const ExpertKey> keys) { (void)keys; }
   virtual ExpertSourceStats Stats() const = 0;
+  // Whether Get can load experts now: OK, or Unavailable naming what is gone (a remote
+  // source's daemon). Cheap; a remote source may try to reconnect here. Any thread.
+  virtual absl::Status Health() { return absl::OkStatus(); }
 };
 
 }  // namespace moe

@@ -1,6 +1,7 @@
 #include "services/expertd_client/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,19 +58,21 @@ absl::StatusOr<std::unique_ptr<ExpertdClient>> ExpertdClient::Connect(const std:
   c->addr_ = addr;
   c->name_ = name;
   c->stub_ = MakeStub(addr);
-  MOE_ASSIGN_OR_RETURN(auto conn, c->Attach(1));
+  MOE_ASSIGN_OR_RETURN(auto conn, c->Attach(1, /*wait_for_ready=*/true));
   c->conn_.store(std::move(conn));
   return c;
 }
 
-absl::StatusOr<std::shared_ptr<ExpertdClient::Conn>> ExpertdClient::Attach(uint64_t epoch) {
+absl::StatusOr<std::shared_ptr<ExpertdClient::Conn>> ExpertdClient::Attach(uint64_t epoch, bool wait_for_ready) {
   AttachRequest req;
   req.set_pid(static_cast<uint32_t>(::getpid()));
   req.set_client_name(name_);
   AttachReply rep;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  ctx.set_wait_for_ready(true);
+  // At start expertd may still be coming up: wait (bounded). A re-attach fails fast: a
+  // step waiting on a dead expertd is a stream with no bytes and a request with no answer.
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(wait_for_ready ? 10 : 2));
+  ctx.set_wait_for_ready(wait_for_ready);
   auto st = stub_->Attach(&ctx, req, &rep);
   if (!st.ok()) return Annotate(FromGrpc(st), absl::StrCat("expertd at ", addr_, ": Attach"));
   if (rep.shm_version() != kShmVersion)
@@ -105,12 +108,26 @@ absl::Status ExpertdClient::Reconnect(const std::shared_ptr<Conn>& seen) {
   std::lock_guard<std::mutex> l(reconnect_mu_);
   auto cur = conn_.load();
   if (cur != seen) return absl::OkStatus();  // another thread already did it
-  MOE_ASSIGN_OR_RETURN(auto fresh, Attach(seen ? seen->epoch + 1 : 1));
+  MOE_ASSIGN_OR_RETURN(auto fresh, Attach(seen ? seen->epoch + 1 : 1, /*wait_for_ready=*/false));
   MOE_LOG(WARNING) << "expertd at " << addr_ << " restarted or dropped the session; re-attached as session "
                    << fresh->session;
   if (seen) retired_.push_back(seen);
   conn_.store(std::move(fresh));
   reconnects_++;
+  return absl::OkStatus();
+}
+
+absl::Status ExpertdClient::CheckAlive() {
+  auto c = conn_.load();
+  if (!c || c->detached) return absl::FailedPreconditionError("expertd client is not attached");
+  pollfd p{c->fd, static_cast<short>(POLLRDHUP), 0};
+  const bool gone = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  if (!gone) return absl::OkStatus();
+  absl::Status re = Reconnect(c);
+  if (!re.ok()) {
+    return absl::UnavailableError(absl::StrCat("expertd at ", addr_, " is gone (its session socket closed): ",
+                                               re.message()));
+  }
   return absl::OkStatus();
 }
 

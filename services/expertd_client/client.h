@@ -7,8 +7,9 @@
 // lease in shared memory. When the process dies, the kernel closes the
 // session socket and expertd drops its leases within a second.
 //
-// expertd restarts: when an RPC finds expertd gone or the session unknown,
-// the client re-attaches (new session, new shm) once and retries. Leases
+// expertd restarts: when an RPC finds expertd gone or the session unknown (or
+// CheckAlive sees the session socket closed), the client re-attaches (new
+// session, new shm) once, failing fast when expertd is not there, and retries. Leases
 // granted by the old instance stay readable (its mappings are kept) and
 // their Release is a no-op.
 //
@@ -58,6 +59,10 @@ class ExpertdClient {
   void AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready);
   std::vector<absl::StatusOr<expertstore::Lease>> Acquire(int layer, const std::vector<int>& ids);
   void Release(const expertstore::Lease& lease);
+  // OK while expertd holds our session. Its session socket closes when expertd exits: then
+  // one fail-fast re-attach is tried (a restarted expertd is found at once); Unavailable,
+  // naming expertd, when that fails. Cheap (a poll) while all is well.
+  absl::Status CheckAlive();
   // Prefetch hint (router look-ahead or current routing); returns reads started.
   absl::StatusOr<uint32_t> Hint(int layer, const std::vector<int>& ids, bool lookahead = true);
   absl::Status Detach();
@@ -81,7 +86,7 @@ class ExpertdClient {
     ~Conn();
   };
   ExpertdClient() = default;
-  absl::StatusOr<std::shared_ptr<Conn>> Attach(uint64_t epoch);
+  absl::StatusOr<std::shared_ptr<Conn>> Attach(uint64_t epoch, bool wait_for_ready);
   // Re-attaches if `seen` is still the current connection.
   absl::Status Reconnect(const std::shared_ptr<Conn>& seen);
 

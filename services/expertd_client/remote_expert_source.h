@@ -50,6 +50,8 @@ class RemoteExpertSource final : public ExpertSource {
   void Hint(std::span<const ExpertKey> keys) override;
   void HintAhead(std::span<const ExpertKey> keys) override;
   ExpertSourceStats Stats() const override;
+  // expertd's session alive (ExpertdClient::CheckAlive: re-attaches to a restarted one).
+  absl::Status Health() override { return client_->CheckAlive(); }
 
  private:
   RemoteExpertSource() = default;

@@ -25,10 +25,18 @@ namespace {
 
 // The serving logic's view of the client: the exchange's stream, gone when the client left
 // or the gateway is stopping.
+// The SSE head goes out with the first write, so an error before it can still be a plain
+// HTTP error (503 + Retry-After) instead of a 200 stream.
 class ExchangeStream final : public ClientStream {
  public:
   ExchangeStream(HttpExchange* x, const HttpTransport* t) : x_(x), t_(t) {}
-  bool Write(std::string_view data) override { return x_->WriteStream(data); }
+  bool Write(std::string_view data) override {
+    if (!x_->responded() &&
+        !x_->BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
+      return false;
+    }
+    return x_->WriteStream(data);
+  }
   bool Gone() override { return t_->stopping() || x_->PeerGone(); }
 
  private:
@@ -118,13 +126,25 @@ void GatewayHttpServer::Handle(HttpExchange& x) {
   }
   if (req.path == "/health") {
     if (!get) return method_not_allowed("GET, HEAD");
-    int alive = placer_->alive_count();
+    // The truth as the last probes and streams saw it: a worker whose steps fail (its
+    // expertd gone) is out of rotation, with the reason.
+    int alive = 0;
+    json workers = json::array();
+    for (const WorkerSnapshot& w : placer_->Snapshot()) {
+      alive += w.alive ? 1 : 0;
+      json wj{{"name", w.name}, {"alive", w.alive}, {"active", w.active}};
+      if (!w.alive) wj["error"] = w.last_error;
+      workers.push_back(std::move(wj));
+    }
     json j{{"status", alive > 0 ? "ok" : "unavailable"},
            {"workers_alive", alive},
            {"workers", placer_->size()},
+           {"worker_status", std::move(workers)},
            {"running", admission_->running()},
            {"queued", admission_->queued()}};
-    x.Reply(alive > 0 ? 200 : 503, "application/json", DumpJson(j));
+    HttpHeaders h;
+    if (alive == 0) h.emplace_back("Retry-After", "1");
+    x.Reply(alive > 0 ? 200 : 503, "application/json", DumpJson(j), h);
     return;
   }
   if (req.path == "/metrics") {
@@ -165,11 +185,11 @@ void GatewayHttpServer::Generate(HttpExchange& x, bool chat) {
     account(r.status);
     return;
   }
-  x.BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-  const int status = serving_->RunStream(*p, &io);
+  OpenAIServing::StreamOutcome out = serving_->RunStream(*p, &io);
   p->ticket.reset();
+  if (out.error) return fail(*out.error);
   x.EndStream();
-  account(status);
+  account(out.status);
 }
 
 }  // namespace moe::gateway

@@ -70,6 +70,7 @@ int Main(int argc, char** argv) {
   int64_t max_n = 16;
   int64_t client_poll_ms = 10;
   int64_t max_json_depth = kDefaultMaxJsonDepth;
+  double sse_keepalive_s = 15;
 
   FlagSet flags("gateway", "OpenAI-compatible HTTP gateway over inferd workers.");
   flags.AddString("listen", &listen, "HOST:PORT or unix:/path (default 127.0.0.1:8000)");
@@ -104,6 +105,8 @@ int Main(int argc, char** argv) {
   flags.AddInt("startup-wait-s", &startup_wait_s, "wait this long for a first live worker");
   flags.AddInt("max-n", &max_n, "largest 'n' accepted");
   flags.AddInt("max-json-depth", &max_json_depth, "deepest nesting of request JSON accepted (deeper: 400)");
+  flags.AddDouble("sse-keepalive-s", &sse_keepalive_s,
+                  "streams get an SSE comment after this long without a write (0: never)");
   flags.AddInt("client-poll-ms", &client_poll_ms, "how often a waiting request checks that its client is still there");
 
   if (auto code = ParseServiceFlags("gateway", flags, argc, argv)) return *code;
@@ -179,6 +182,7 @@ int Main(int argc, char** argv) {
   sc.max_context = ctx;
   sc.max_n = static_cast<int>(max_n);
   sc.max_json_depth = static_cast<int>(max_json_depth);
+  sc.sse_keepalive = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, sse_keepalive_s) * 1000));
   sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
   OpenAIServing serving(sc, codec.get(), &placer, &admission, &metrics);
   HttpConfig hc;

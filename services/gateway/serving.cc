@@ -185,6 +185,8 @@ struct OpenAIServing::Sink {
   // A piece of choice `index` (parsed delta + logprob entries of its tokens).
   virtual bool Delta(int index, const OutputParser::Delta& d, std::vector<LogprobEntry>* lps) = 0;
   virtual bool Finish(int index, const std::string& reason) = 0;
+  // Called while nothing arrives (every poll): a stream writes a keep-alive when due.
+  virtual bool Idle() { return true; }
 };
 
 namespace {
@@ -228,7 +230,7 @@ void Merge(OutputParser::Delta* into, OutputParser::Delta d) {
 }  // namespace
 
 std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStream* io, Sink* sink, Usage* usage) {
-  auto gone = [io] { return io->Gone(); };
+  auto gone = [io, sink] { return !sink->Idle() || io->Gone(); };
   if (!req.ticket->WaitRunning(gone, config_.poll)) {
     metrics_->AddCancelled();
     return FromStatus(absl::CancelledError("client disconnected while queued"));
@@ -298,7 +300,7 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
   while (remaining > 0) {
     std::pair<int, SeqEvent> item;
     if (!q->Pop(&item, config_.poll)) {
-      if (io->Gone()) {
+      if (!sink->Idle() || io->Gone()) {
         error = FromStatus(absl::CancelledError("client disconnected"));
         break;
       }
@@ -421,12 +423,24 @@ HttpReply OpenAIServing::RunUnary(PreparedRequest& req, ClientStream* io) {
   return r;
 }
 
-int OpenAIServing::RunStream(PreparedRequest& req, ClientStream* io) {
+OpenAIServing::StreamOutcome OpenAIServing::RunStream(PreparedRequest& req, ClientStream* io) {
   struct Stream final : Sink {
     PreparedRequest* req = nullptr;
     ClientStream* io = nullptr;
+    std::chrono::milliseconds keepalive{0};
+    Clock::time_point last_write = Clock::now();
+    bool wrote = false;
     std::vector<bool> role_sent;
     std::vector<size_t> text_offset;
+    bool Write(const std::string& frame) {
+      wrote = true;
+      last_write = Clock::now();
+      return io->Write(frame);
+    }
+    bool Idle() override {
+      if (keepalive.count() <= 0 || Clock::now() - last_write < keepalive) return true;
+      return Write(SseComment("keep-alive"));
+    }
     bool Delta(int i, const OutputParser::Delta& d, std::vector<LogprobEntry>* lps) override {
       const bool iu = req->common.include_usage;
       std::string out;
@@ -444,7 +458,7 @@ int OpenAIServing::RunStream(PreparedRequest& req, ClientStream* io) {
         out = SseData(CompletionChunkJson(req->meta, i, d.content, lps, text_offset[i], "", iu));
         text_offset[i] += d.content.size();
       }
-      return io->Write(out);
+      return Write(out);
     }
     bool Finish(int i, const std::string& reason) override {
       const bool iu = req->common.include_usage;
@@ -455,27 +469,29 @@ int OpenAIServing::RunStream(PreparedRequest& req, ClientStream* io) {
           delta["content"] = "";
           role_sent[i] = true;
         }
-        return io->Write(SseData(ChatChunkJson(req->meta, i, delta, nullptr, reason, iu)));
+        return Write(SseData(ChatChunkJson(req->meta, i, delta, nullptr, reason, iu)));
       }
-      return io->Write(SseData(CompletionChunkJson(req->meta, i, "", nullptr, text_offset[i], reason, iu)));
+      return Write(SseData(CompletionChunkJson(req->meta, i, "", nullptr, text_offset[i], reason, iu)));
     }
   } stream;
   stream.req = &req;
   stream.io = io;
+  stream.keepalive = config_.sse_keepalive;
   const int total = req.common.n * static_cast<int>(req.prompts.size());
   stream.role_sent.assign(total, false);
   stream.text_offset.assign(total, 0);
   Usage usage;
   if (auto e = Generate(req, io, &stream, &usage)) {
+    if (!stream.wrote && e->code != "cancelled") return {e->http_status, *e};
     if (e->code != "cancelled") {
       io->Write(SseData(e->ToJson()));
       io->Write(SseDone());
     }
-    return e->http_status;
+    return {e->http_status, std::nullopt};
   }
   if (req.common.include_usage) io->Write(SseData(UsageChunkJson(req.meta, req.chat, usage)));
   io->Write(SseDone());
-  return 200;
+  return {200, std::nullopt};
 }
 
 }  // namespace moe::gateway

@@ -17,6 +17,8 @@
 //    prompt i / n (seed + i % n, so a prompt's choices do not depend on the batch).
 //  - client gone (ClientStream::Gone or a failed write): every sequence of
 //    the request is cancelled; the workers stop them within one step.
+//  - streams: the first write happens at the first token (or keep-alive); an
+//    SSE comment goes out after sse_keepalive without a write.
 // Thread safety: OpenAIServing is shared by all HTTP threads; each
 // PreparedRequest belongs to one thread.
 #pragma once
@@ -49,6 +51,9 @@ struct ServingConfig {
   int max_json_depth = kDefaultMaxJsonDepth;  // --max-json-depth
   int max_prompts = 32;                       // prompts in one /v1/completions batch
   StructuredConfig structured;                // --structured-max-whitespace, --structured-max-repeat
+  // Streams: an SSE comment after this long without a write (queue waits, long prefills,
+  // stalled steps), so clients and proxies do not time the stream out. 0: never.
+  std::chrono::milliseconds sse_keepalive{15000};  // --sse-keepalive-s
 };
 
 struct HttpReply {
@@ -99,9 +104,15 @@ class OpenAIServing {
                                                                              const std::string& key);
   // Non-streaming: runs to the end; `io` is only asked Gone().
   HttpReply RunUnary(PreparedRequest& req, ClientStream* io);
-  // Streaming: writes SSE frames to `io` until [DONE] or the client is gone.
-  // Returns the HTTP status to account the request under (200, or the error's).
-  int RunStream(PreparedRequest& req, ClientStream* io);
+  // Streaming: writes SSE frames to `io` until [DONE] or the client is gone. An error that
+  // comes before anything was written (no worker could take the request) is returned in
+  // `error` instead, for the caller to answer with its HTTP status (503 + Retry-After), not
+  // as a 200 stream; after the first write an error is an SSE error event, then [DONE].
+  struct StreamOutcome {
+    int status = 200;               // to account the request under
+    std::optional<ApiError> error;  // set: nothing was written
+  };
+  StreamOutcome RunStream(PreparedRequest& req, ClientStream* io);
 
   nlohmann::json ModelsJson() const;
   // vLLM's POST /tokenize ({prompt} or {messages}; count, max_model_len, tokens, token_strs)

@@ -33,6 +33,8 @@ class EngineModel final : public SequenceModel {
   absl::Status Forward(std::span<Item> items) override;
   double expert_hit_rate() const override;
   int64_t expert_fetches() const override;
+  // The expert source's health (RemoteExpertSource: expertd's session; thread-safe).
+  absl::Status Health() override { return engine_->expert_source().Health(); }
   // false: each item of a step runs its own forward (the unfused baseline
   // that benchmarks compare against; same tokens, more weight/expert reads).
   void set_batched_forward(bool on) { batched_forward_ = on; }

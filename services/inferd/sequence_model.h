@@ -51,6 +51,9 @@ class SequenceModel {
   virtual absl::Status Forward(std::span<Item> items) = 0;
   // Expert cache hit rate of the model's expert source, or < 0 when unknown.
   virtual double expert_hit_rate() const { return -1.0; }
+  // Whether steps can run now (e.g. the expert source's daemon is there): OK or
+  // Unavailable naming the cause. Called from the Health RPC thread, not the batcher's.
+  virtual absl::Status Health() { return absl::OkStatus(); }
   // Routed-expert fetches (ExpertSource Gets) so far, or < 0 when unknown.
   // A batched step fetches each distinct (layer, expert) once.
   virtual int64_t expert_fetches() const { return -1; }

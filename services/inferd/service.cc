@@ -145,6 +145,11 @@ grpc::Status InferdService::Cancel(grpc::ServerContext*, const CancelRequest* re
 }
 
 grpc::Status InferdService::Health(grpc::ServerContext*, const HealthRequest*, HealthReply* reply) {
+  // A worker whose steps cannot run (expertd gone) is not healthy, whatever else is: the
+  // gateway takes it out of rotation and /health says why.
+  if (absl::Status h = model_->Health(); !h.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("inferd cannot run steps: ", h.message()));
+  }
   auto s = batcher_->stats();
   reply->set_model(model_->name());
   reply->set_max_context(model_->max_context());

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "services/gateway/byte_codec.h"
 #include "services/gateway/sse.h"
 #include "tests/gateway/fake_worker.h"
@@ -27,7 +29,9 @@ class TestClient final : public ClientStream {
 };
 
 struct Stack {
-  explicit Stack(std::string script, int step_ms = 1, int workers = 1, AdmissionConfig ac = {}) : admission(ac) {
+  explicit Stack(std::string script, int step_ms = 1, int workers = 1, AdmissionConfig ac = {},
+                 std::chrono::milliseconds keepalive = std::chrono::milliseconds(15000))
+      : admission(ac) {
     std::vector<std::shared_ptr<Worker>> ws;
     for (int i = 0; i < workers; ++i) {
       fakes.push_back(std::make_shared<FakeWorker>("w" + std::to_string(i), script, step_ms));
@@ -37,6 +41,7 @@ struct Stack {
     ServingConfig sc;
     sc.model_name = "m";
     sc.max_context = 256;
+    sc.sse_keepalive = keepalive;
     serving = std::make_unique<OpenAIServing>(sc, &codec, placer.get(), &admission, &metrics);
   }
   HttpReply Unary(const std::string& body, bool chat = true) {
@@ -45,11 +50,13 @@ struct Stack {
     TestClient io;
     return serving->RunUnary(*std::get<std::unique_ptr<PreparedRequest>>(p), &io);
   }
-  std::vector<json> Stream(const std::string& body, bool chat, TestClient* io, int* status = nullptr) {
+  std::vector<json> Stream(const std::string& body, bool chat, TestClient* io, int* status = nullptr,
+                           std::optional<ApiError>* unsent = nullptr) {
     auto p = chat ? serving->PrepareChat(body, "") : serving->PrepareCompletion(body, "");
     EXPECT_TRUE(std::holds_alternative<std::unique_ptr<PreparedRequest>>(p));
-    int st = serving->RunStream(*std::get<std::unique_ptr<PreparedRequest>>(p), io);
-    if (status) *status = st;
+    OpenAIServing::StreamOutcome st = serving->RunStream(*std::get<std::unique_ptr<PreparedRequest>>(p), io);
+    if (status) *status = st.status;
+    if (unsent) *unsent = st.error;
     std::string buf = io->written;
     std::vector<json> out;
     for (auto& d : SseParse(&buf)) out.push_back(d == "[DONE]" ? json("[DONE]") : json::parse(d));
@@ -202,6 +209,37 @@ TEST(GatewayServing, WorkerDownIs503) {
   HttpReply r = s.Unary(kChat + "}");
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "server_error");
+}
+
+// No worker can take a streaming request: the caller gets the error to answer with its HTTP
+// status (503 + Retry-After), and nothing was written (not a 200 stream with an error in it).
+TEST(GatewayServing, StreamThatCannotStartIsAnErrorNotAStream) {
+  Stack s("x");
+  s.fakes[0]->fail_before_first_token = true;
+  TestClient io;
+  int status = 0;
+  std::optional<ApiError> unsent;
+  s.Stream(kChat + R"(,"stream":true})", true, &io, &status, &unsent);
+  EXPECT_EQ(status, 503);
+  ASSERT_TRUE(unsent.has_value());
+  EXPECT_EQ(unsent->http_status, 503);
+  EXPECT_GT(unsent->retry_after_s, 0);
+  EXPECT_TRUE(io.written.empty()) << io.written;
+}
+
+// A slow step (here 300 ms per token) gets SSE comments every keep-alive interval.
+TEST(GatewayServing, StalledStreamsGetKeepAliveComments) {
+  Stack s("ab", /*step_ms=*/300, 1, {}, std::chrono::milliseconds(50));
+  TestClient io;
+  auto events = s.Stream(kChat + R"(,"stream":true})", true, &io);
+  size_t comments = 0;
+  for (size_t p = io.written.find(": keep-alive\n\n"); p != std::string::npos;
+       p = io.written.find(": keep-alive\n\n", p + 1)) {
+    ++comments;
+  }
+  EXPECT_GE(comments, 6u) << io.written;  // ~900 ms of steps / 50 ms, minus scheduling noise
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "[DONE]");
 }
 
 }  // namespace

@@ -77,11 +77,26 @@ class Stack:
 
     def _spawn(self, name, argv):
         log = os.path.join(self.tmp, f"{name}.log")
-        with open(log, "wb") as f:
+        with open(log, "ab") as f:
             p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append((name, p))
-        self.logs.append(log)
+        if log not in self.logs:
+            self.logs.append(log)
+        self.argv = getattr(self, "argv", {})
+        self.argv[name] = argv
         return log
+
+    def kill(self, name):
+        """SIGKILLs the process `name` ("expertd", "inferd0", ...), as a crash would."""
+        for n, p in self.procs:
+            if n == name and p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait(timeout=10)
+
+    def restart(self, name):
+        """Starts `name` again with its first command line (what respawn.sh / systemd do)."""
+        self.procs = [(n, p) for n, p in self.procs if not (n == name and p.poll() is not None)]
+        self._spawn(name, self.argv[name])
 
     def _check_alive(self):
         for name, p in self.procs:
