@@ -58,21 +58,23 @@ absl::StatusOr<std::unique_ptr<ExpertdClient>> ExpertdClient::Connect(const std:
   c->addr_ = addr;
   c->name_ = name;
   c->stub_ = MakeStub(addr);
-  MOE_ASSIGN_OR_RETURN(auto conn, c->Attach(1, /*wait_for_ready=*/true));
+  MOE_ASSIGN_OR_RETURN(auto conn, c->Attach(1, std::chrono::seconds(10)));
   c->conn_.store(std::move(conn));
   return c;
 }
 
-absl::StatusOr<std::shared_ptr<ExpertdClient::Conn>> ExpertdClient::Attach(uint64_t epoch, bool wait_for_ready) {
+absl::StatusOr<std::shared_ptr<ExpertdClient::Conn>> ExpertdClient::Attach(uint64_t epoch,
+                                                                          std::chrono::milliseconds wait) {
   AttachRequest req;
   req.set_pid(static_cast<uint32_t>(::getpid()));
   req.set_client_name(name_);
   AttachReply rep;
   grpc::ClientContext ctx;
-  // At start expertd may still be coming up: wait (bounded). A re-attach fails fast: a
-  // step waiting on a dead expertd is a stream with no bytes and a request with no answer.
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(wait_for_ready ? 10 : 2));
-  ctx.set_wait_for_ready(wait_for_ready);
+  // Waits for expertd (it may be starting, or restarting) at most `wait`: 10 s at start,
+  // 2 s when a step finds it gone (long enough for a restart, short enough that streams and
+  // requests get their error within seconds), less on a health check.
+  ctx.set_deadline(std::chrono::system_clock::now() + wait);
+  ctx.set_wait_for_ready(true);
   auto st = stub_->Attach(&ctx, req, &rep);
   if (!st.ok()) return Annotate(FromGrpc(st), absl::StrCat("expertd at ", addr_, ": Attach"));
   if (rep.shm_version() != kShmVersion)
@@ -104,11 +106,11 @@ absl::StatusOr<std::shared_ptr<ExpertdClient::Conn>> ExpertdClient::Attach(uint6
   return c;
 }
 
-absl::Status ExpertdClient::Reconnect(const std::shared_ptr<Conn>& seen) {
+absl::Status ExpertdClient::Reconnect(const std::shared_ptr<Conn>& seen, std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> l(reconnect_mu_);
   auto cur = conn_.load();
   if (cur != seen) return absl::OkStatus();  // another thread already did it
-  MOE_ASSIGN_OR_RETURN(auto fresh, Attach(seen ? seen->epoch + 1 : 1, /*wait_for_ready=*/false));
+  MOE_ASSIGN_OR_RETURN(auto fresh, Attach(seen ? seen->epoch + 1 : 1, wait));
   MOE_LOG(WARNING) << "expertd at " << addr_ << " restarted or dropped the session; re-attached as session "
                    << fresh->session;
   if (seen) retired_.push_back(seen);
@@ -123,7 +125,7 @@ absl::Status ExpertdClient::CheckAlive() {
   pollfd p{c->fd, static_cast<short>(POLLRDHUP), 0};
   const bool gone = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
   if (!gone) return absl::OkStatus();
-  absl::Status re = Reconnect(c);
+  absl::Status re = Reconnect(c, std::chrono::milliseconds(300));  // a health probe is waiting
   if (!re.ok()) {
     return absl::UnavailableError(absl::StrCat("expertd at ", addr_, " is gone (its session socket closed): ",
                                                re.message()));
@@ -239,7 +241,9 @@ void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const Ac
     }
     const absl::Status st = FromGrpc(reader->Finish());
     if (std::all_of(miss.begin(), miss.end(), [&](size_t i) { return done[i]; })) return;
-    if (!st.ok() && attempt == 0 && ExpertdGone(st) && Reconnect(c).ok()) continue;  // the rest from the new instance
+    if (!st.ok() && attempt == 0 && ExpertdGone(st) && Reconnect(c, std::chrono::seconds(2)).ok()) {
+      continue;  // the rest from the new instance
+    }
     return fail_rest(!st.ok() ? st
                      : !bad.ok() ? bad
                                  : absl::InternalError("expertd: FetchExperts ended before every expert was sent"));

@@ -9,7 +9,7 @@
 //
 // expertd restarts: when an RPC finds expertd gone or the session unknown (or
 // CheckAlive sees the session socket closed), the client re-attaches (new
-// session, new shm) once, failing fast when expertd is not there, and retries. Leases
+// session, new shm) once, waiting at most 2 s for it, and retries. Leases
 // granted by the old instance stay readable (its mappings are kept) and
 // their Release is a no-op.
 //
@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -86,9 +87,9 @@ class ExpertdClient {
     ~Conn();
   };
   ExpertdClient() = default;
-  absl::StatusOr<std::shared_ptr<Conn>> Attach(uint64_t epoch, bool wait_for_ready);
+  absl::StatusOr<std::shared_ptr<Conn>> Attach(uint64_t epoch, std::chrono::milliseconds wait);
   // Re-attaches if `seen` is still the current connection.
-  absl::Status Reconnect(const std::shared_ptr<Conn>& seen);
+  absl::Status Reconnect(const std::shared_ptr<Conn>& seen, std::chrono::milliseconds wait);
 
   std::string addr_, name_;
   std::unique_ptr<ExpertD::Stub> stub_;
