@@ -31,22 +31,30 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::vector<std::string>& keys, cons
   return k;
 }
 
-std::variant<std::string, ApiError> ApiKeys::Check(const std::string& authorization) const {
+std::variant<std::string, ApiError> ApiKeys::Check(const std::string& authorization,
+                                                   const std::string& x_api_key) const {
   if (open()) return std::string();
   ApiError e;
   e.http_status = 401;
   e.type = "authentication_error";
   e.code = "invalid_api_key";
   const std::string prefix = "Bearer ";
-  if (authorization.empty()) {
-    e.message = "missing API key: send 'Authorization: Bearer <key>'";
+  if (authorization.empty() && x_api_key.empty()) {
+    e.message = "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'";
     return e;
   }
-  if (authorization.rfind(prefix, 0) != 0) {
-    e.message = "malformed Authorization header: expected 'Bearer <key>'";
-    return e;
+  std::string key = x_api_key;
+  if (!authorization.empty()) {
+    if (authorization.rfind(prefix, 0) != 0) {
+      e.message = "malformed Authorization header: expected 'Bearer <key>'";
+      return e;
+    }
+    key = authorization.substr(prefix.size());
+    if (!x_api_key.empty() && x_api_key != key) {
+      e.message = "the Authorization and x-api-key headers name different keys";
+      return e;
+    }
   }
-  std::string key = authorization.substr(prefix.size());
   if (keys_.count(key) == 0) {
     e.message = "incorrect API key provided";
     return e;

@@ -38,8 +38,10 @@ class ApiKeys {
   // Keys from flags plus a file (one key per line, '#' comments); empty path = none.
   static absl::StatusOr<ApiKeys> Load(const std::vector<std::string>& keys, const std::string& file);
   bool open() const { return keys_.empty(); }
-  // `authorization` is the raw header value. Returns the key (identity) or a 401.
-  std::variant<std::string, ApiError> Check(const std::string& authorization) const;
+  // `authorization`: the raw Authorization header ("Bearer KEY"); `x_api_key`: the x-api-key
+  // header. Either may be empty; both given must name the same key. Returns the key
+  // (identity) or a 401.
+  std::variant<std::string, ApiError> Check(const std::string& authorization, const std::string& x_api_key = "") const;
 
  private:
   std::set<std::string> keys_;

@@ -1,6 +1,10 @@
 #include "services/gateway/http_server.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/json.h"
@@ -44,6 +48,47 @@ class ExchangeStream final : public ClientStream {
   const HttpTransport* t_;
 };
 
+// Adds headers (CORS) to whatever response the route sends.
+class HeaderedExchange final : public HttpExchange {
+ public:
+  HeaderedExchange(HttpExchange* x, HttpHeaders extra) : x_(x), extra_(std::move(extra)) {}
+  const HttpRequest& request() const override { return x_->request(); }
+  bool Reply(int status, std::string_view type, std::string_view body, const HttpHeaders& h) override {
+    return x_->Reply(status, type, body, With(h));
+  }
+  bool BeginStream(int status, std::string_view type, const HttpHeaders& h) override {
+    return x_->BeginStream(status, type, With(h));
+  }
+  bool WriteStream(std::string_view data) override { return x_->WriteStream(data); }
+  bool EndStream() override { return x_->EndStream(); }
+  bool PeerGone() override { return x_->PeerGone(); }
+  bool responded() const override { return x_->responded(); }
+  int status() const override { return x_->status(); }
+  void CloseAfterResponse() override { x_->CloseAfterResponse(); }
+
+ private:
+  HttpHeaders With(const HttpHeaders& h) const {
+    HttpHeaders all = h;
+    all.insert(all.end(), extra_.begin(), extra_.end());
+    return all;
+  }
+  HttpExchange* x_;
+  HttpHeaders extra_;
+};
+
+std::string UtcNow() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const int ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[96];  // room for any int the format can print (-Wformat-truncation)
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  return buf;
+}
+
 HttpHeaders ReplyHeaders(const HttpReply& r) {
   HttpHeaders h;
   for (const auto& kv : r.headers) h.push_back(kv);
@@ -77,7 +122,7 @@ void GatewayHttpServer::ReplyError(HttpExchange& x, const ApiError& e) {
 }
 
 bool GatewayHttpServer::Authenticate(HttpExchange& x, std::string* key) {
-  auto k = keys_->Check(x.request().HeaderOr("authorization"));
+  auto k = keys_->Check(x.request().HeaderOr("authorization"), x.request().HeaderOr("x-api-key"));
   if (auto* e = std::get_if<ApiError>(&k)) {
     ReplyError(x, *e);
     return false;
@@ -86,7 +131,75 @@ bool GatewayHttpServer::Authenticate(HttpExchange& x, std::string* key) {
   return true;
 }
 
-void GatewayHttpServer::Handle(HttpExchange& x) {
+bool GatewayHttpServer::OriginAllowed(const std::string& origin) const {
+  for (const auto& o : config_.allowed_origins) {
+    if (o == "*" || o == origin) return true;
+  }
+  return false;
+}
+
+void GatewayHttpServer::Drain(std::chrono::milliseconds grace) {
+  draining_.store(true);
+  transport_->SetDraining();
+  const auto deadline = Clock::now() + grace;
+  auto busy = [&] { return admission_->running() + admission_->queued() > 0; };
+  while (busy() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (busy()) {
+    MOE_LOG(WARNING) << "gateway: drain time (" << grace.count() / 1000.0 << " s) over with "
+                     << admission_->running() << " requests running; ending them";
+    serving_->AbortAll("the gateway is shutting down (--drain-seconds passed)");
+    const auto end = Clock::now() + std::chrono::seconds(5);
+    while (busy() && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Stop();
+}
+
+void GatewayHttpServer::Handle(HttpExchange& raw) {
+  const auto t0 = Clock::now();
+  const HttpRequest& req = raw.request();
+  json log{{"ts", UtcNow()}, {"method", req.method.substr(0, 16)}, {"route", req.path.substr(0, 256)},
+           {"client", req.peer}};
+  HttpHeaders cors;
+  const std::string* origin = req.Header("origin");
+  const bool cors_ok = origin != nullptr && OriginAllowed(*origin);
+  if (cors_ok) {
+    const bool any = std::find(config_.allowed_origins.begin(), config_.allowed_origins.end(), "*") !=
+                     config_.allowed_origins.end();
+    cors.emplace_back("Access-Control-Allow-Origin", any ? "*" : *origin);
+    if (!any) cors.emplace_back("Vary", "Origin");
+    cors.emplace_back("Access-Control-Expose-Headers", "Retry-After");
+  }
+  HeaderedExchange x(&raw, std::move(cors));
+  const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" || req.path == "/v1/models" ||
+                     req.path == "/health" || req.path == "/metrics";
+  if (req.method == "OPTIONS" && known) {
+    // A CORS preflight (or a plain OPTIONS): what the route allows.
+    const std::string allow = req.path.rfind("/v1/c", 0) == 0 ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
+    if (origin != nullptr && !cors_ok) {
+      ApiError e;
+      e.http_status = 403;
+      e.code = "origin_not_allowed";
+      e.message = "origin " + origin->substr(0, 256) + " is not allowed (--allowed-origins)";
+      ReplyError(x, e);
+    } else {
+      HttpHeaders h{{"Allow", allow}};
+      if (cors_ok) {
+        h.emplace_back("Access-Control-Allow-Methods", allow);
+        h.emplace_back("Access-Control-Allow-Headers",
+                       "Authorization, Content-Type, X-Api-Key, OpenAI-Organization, OpenAI-Project");
+        h.emplace_back("Access-Control-Max-Age", "600");
+      }
+      x.Reply(204, "", "", h);
+    }
+  } else {
+    Route(x, &log);
+  }
+  log["status"] = x.status();
+  log["latency_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (config_.access_log) config_.access_log->Write(log);
+}
+
+void GatewayHttpServer::Route(HttpExchange& x, json* log) {
   const HttpRequest& req = x.request();
   const std::string& m = req.method;
   const bool get = m == "GET" || m == "HEAD";
@@ -99,8 +212,8 @@ void GatewayHttpServer::Handle(HttpExchange& x) {
     x.Reply(r.status, r.content_type, r.body, {{"Allow", allow}});
   };
   if (req.path == "/v1/chat/completions" || req.path == "/v1/completions") {
-    if (m != "POST") return method_not_allowed("POST");
-    return Generate(x, req.path == "/v1/chat/completions");
+    if (m != "POST") return method_not_allowed("POST, OPTIONS");
+    return Generate(x, req.path == "/v1/chat/completions", log);
   }
   if (req.path == "/tokenize" || req.path == "/detokenize") {
     if (m != "POST") return method_not_allowed("POST");
@@ -118,14 +231,14 @@ void GatewayHttpServer::Handle(HttpExchange& x) {
     return;
   }
   if (req.path == "/v1/models") {
-    if (!get) return method_not_allowed("GET, HEAD");
+    if (!get) return method_not_allowed("GET, HEAD, OPTIONS");
     std::string key;
     if (!Authenticate(x, &key)) return;
     x.Reply(200, "application/json", DumpJson(serving_->ModelsJson()));
     return;
   }
   if (req.path == "/health") {
-    if (!get) return method_not_allowed("GET, HEAD");
+    if (!get) return method_not_allowed("GET, HEAD, OPTIONS");
     // The truth as the last probes and streams saw it: a worker whose steps fail (its
     // expertd gone) is out of rotation, with the reason.
     int alive = 0;
@@ -148,7 +261,7 @@ void GatewayHttpServer::Handle(HttpExchange& x) {
     return;
   }
   if (req.path == "/metrics") {
-    if (!get) return method_not_allowed("GET, HEAD");
+    if (!get) return method_not_allowed("GET, HEAD, OPTIONS");
     x.Reply(200, "text/plain; version=0.0.4", metrics_->Render(admission_, placer_));
     return;
   }
@@ -160,7 +273,7 @@ void GatewayHttpServer::Handle(HttpExchange& x) {
   ReplyError(x, e);
 }
 
-void GatewayHttpServer::Generate(HttpExchange& x, bool chat) {
+void GatewayHttpServer::Generate(HttpExchange& x, bool chat, json* log) {
   const std::string endpoint = chat ? "chat" : "completions";
   const auto t0 = Clock::now();
   auto account = [&](int status) {
@@ -172,11 +285,28 @@ void GatewayHttpServer::Generate(HttpExchange& x, bool chat) {
   };
   std::string key;
   if (!Authenticate(x, &key)) return account(401);
-  if (transport_->stopping()) return fail(FromStatus(absl::UnavailableError("the gateway is shutting down")));
+  if (draining_.load() || transport_->stopping()) {
+    return fail(FromStatus(absl::UnavailableError("the gateway is shutting down")));
+  }
   const std::string& body = x.request().body;
   auto prepared = chat ? serving_->PrepareChat(body, key) : serving_->PrepareCompletion(body, key);
   if (auto* e = std::get_if<ApiError>(&prepared)) return fail(*e);
   std::unique_ptr<PreparedRequest> p = std::move(std::get<std::unique_ptr<PreparedRequest>>(prepared));
+  // This request's fields of its access-log line (Handle writes the line once answered).
+  struct LogFields {
+    json* log;
+    const PreparedRequest* p;
+    ~LogFields() {
+      (*log)["id"] = p->meta.id;
+      (*log)["stream"] = p->common.stream;
+      size_t prompt_tokens = 0;  // all prompts of a completions batch
+      for (const auto& pr : p->prompts) prompt_tokens += pr.size();
+      (*log)["prompt_tokens"] = static_cast<int>(prompt_tokens);
+      (*log)["completion_tokens"] = p->usage.completion_tokens;
+      (*log)["ttft_ms"] = p->ttft_s >= 0 ? json(p->ttft_s * 1000.0) : json(nullptr);
+      (*log)["finish_reasons"] = p->finish_reasons;
+    }
+  } fields{log, p.get()};
   ExchangeStream io(&x, transport_.get());
   if (!p->common.stream) {
     HttpReply r = serving_->RunUnary(*p, &io);

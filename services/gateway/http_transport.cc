@@ -245,6 +245,7 @@ class HttpTransport::Session final : public std::enable_shared_from_this<Session
   bool Reply(int status, std::string_view content_type, std::string_view body, const HttpHeaders& headers) override {
     if (responded_) return false;
     responded_ = true;
+    status_ = status;
     const bool head = request_.method == "HEAD";
     std::string out = ResponseHead(request_.version, status, content_type, headers,
                                    absl::StrCat("Content-Length: ", body.size(), "\r\n"), WillClose());
@@ -255,6 +256,7 @@ class HttpTransport::Session final : public std::enable_shared_from_this<Session
   bool BeginStream(int status, std::string_view content_type, const HttpHeaders& headers) override {
     if (responded_) return false;
     responded_ = true;
+    status_ = status;
     streaming_ = true;
     chunked_ = request_.version == 11;
     if (!chunked_) close_after_ = true;  // HTTP/1.0: the end of the body is the end of the connection
@@ -285,13 +287,14 @@ class HttpTransport::Session final : public std::enable_shared_from_this<Session
   }
 
   bool responded() const override { return responded_; }
+  int status() const override { return status_; }
   void CloseAfterResponse() override { close_after_ = true; }
 
  private:
   enum State { kReading, kHandling, kClosing, kClosed };
 
   bool WillClose() const {
-    return close_after_ || !request_.keep_alive || t_->owner->stopping() ||
+    return close_after_ || !request_.keep_alive || t_->owner->draining() ||
            served_ >= t_->config.max_requests_per_connection;
   }
 
@@ -328,6 +331,7 @@ class HttpTransport::Session final : public std::enable_shared_from_this<Session
     state_ = kReading;
     request_ = HttpRequest();
     responded_ = streaming_ = chunked_ = ended_ = false;
+    status_ = 0;
     HttpRequestReader::State st = reader_.Feed("");  // pipelined bytes already buffered
     if (st != HttpRequestReader::State::kIdle) {
       request_started_ = Clock::now();
@@ -511,6 +515,7 @@ class HttpTransport::Session final : public std::enable_shared_from_this<Session
   // The exchange (handler thread while kHandling).
   HttpRequest request_;
   bool responded_ = false, streaming_ = false, chunked_ = false, ended_ = false;
+  int status_ = 0;
   bool close_after_ = false;
   bool failed_ = false;
 };

@@ -75,6 +75,8 @@ class HttpExchange {
   // Cheap; true once the client disconnected (POLLRDHUP) or a write failed.
   virtual bool PeerGone() = 0;
   virtual bool responded() const = 0;
+  // The status sent (0: nothing yet).
+  virtual int status() const = 0;
   // Close the connection after this response (no keep-alive).
   virtual void CloseAfterResponse() = 0;
 };
@@ -94,6 +96,9 @@ class HttpTransport {
   // (their handlers see stopping()), then their connections close.
   void Stop();
   bool stopping() const { return stopping_.load(); }
+  // Draining (SIGTERM): still accepting, but every response closes its connection.
+  void SetDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load() || stopping_.load(); }
   // Connections open now (for /metrics and tests).
   int connections() const { return open_connections_.load(); }
   int64_t rejected_connections() const { return rejected_connections_.load(); }
@@ -103,6 +108,7 @@ class HttpTransport {
   class Session;
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
   std::atomic<int> open_connections_{0};
   std::atomic<int64_t> rejected_connections_{0};
 };

@@ -4,7 +4,8 @@
 //           [--listen 127.0.0.1:8000 | --listen unix:/run/moestream/gateway.sock] [--config FILE]
 //
 // Binds 127.0.0.1 by default (never all interfaces unless --listen says so).
-// SIGTERM/SIGINT: stop accepting, cancel in-flight sequences, exit 0.
+// SIGTERM/SIGINT: drain (--drain-seconds: running requests finish, new ones get 503, what
+// still runs at the end gets an error), then exit 0.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -71,6 +72,9 @@ int Main(int argc, char** argv) {
   int64_t client_poll_ms = 10;
   int64_t max_json_depth = kDefaultMaxJsonDepth;
   double sse_keepalive_s = 15;
+  double generation_timeout_s = 0, drain_seconds = 10;
+  std::vector<std::string> allowed_origins;
+  std::string access_log_path = "-";
 
   FlagSet flags("gateway", "OpenAI-compatible HTTP gateway over inferd workers.");
   flags.AddString("listen", &listen, "HOST:PORT or unix:/path (default 127.0.0.1:8000)");
@@ -107,6 +111,13 @@ int Main(int argc, char** argv) {
   flags.AddInt("max-json-depth", &max_json_depth, "deepest nesting of request JSON accepted (deeper: 400)");
   flags.AddDouble("sse-keepalive-s", &sse_keepalive_s,
                   "streams get an SSE comment after this long without a write (0: never)");
+  flags.AddDouble("generation-timeout-s", &generation_timeout_s,
+                  "end a request generating longer than this (504 generation_timeout; 0: no deadline)");
+  flags.AddDouble("drain-seconds", &drain_seconds,
+                  "on SIGTERM: running requests get this long to finish (new ones: 503), then end with an error");
+  flags.AddStringList("allowed-origins", &allowed_origins,
+                      "CORS: an origin browsers may call the API from ('*': any; repeatable; none: no CORS)");
+  flags.AddString("access-log", &access_log_path, "one JSON line per request: a file, '-' (stderr) or '' (none)");
   flags.AddInt("client-poll-ms", &client_poll_ms, "how often a waiting request checks that its client is still there");
 
   if (auto code = ParseServiceFlags("gateway", flags, argc, argv)) return *code;
@@ -183,9 +194,14 @@ int Main(int argc, char** argv) {
   sc.max_n = static_cast<int>(max_n);
   sc.max_json_depth = static_cast<int>(max_json_depth);
   sc.sse_keepalive = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, sse_keepalive_s) * 1000));
+  sc.generation_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, generation_timeout_s) * 1000));
   sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
   OpenAIServing serving(sc, codec.get(), &placer, &admission, &metrics);
+  auto access_log = AccessLog::Open(access_log_path);
+  if (!access_log.ok()) return fail(access_log.status());
   HttpConfig hc;
+  hc.allowed_origins = allowed_origins;
+  hc.access_log = access_log->get();
   HttpTransportConfig& tc = hc.transport;
   tc.listen = listen;
   tc.limits.max_body_bytes = max_body;
@@ -220,8 +236,8 @@ int Main(int argc, char** argv) {
   std::thread signals([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
-    MOE_LOG(INFO) << "gateway: signal " << sig << ", shutting down";
-    server.Stop();
+    MOE_LOG(INFO) << "gateway: signal " << sig << ", draining (--drain-seconds " << drain_seconds << ")";
+    server.Drain(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, drain_seconds) * 1000)));
   });
   absl::Status served = server.Serve();
   {

@@ -119,8 +119,12 @@ Err ParseCommon(const json& o, const ProtocolLimits& limits, bool chat, CommonRe
   if (std::find(limits.model_names.begin(), limits.model_names.end(), c->model) == limits.model_names.end()) {
     std::string known;
     for (const auto& m : limits.model_names) known += (known.empty() ? "" : ", ") + m;
-    return BadRequest("The model '" + c->model + "' does not exist; this server serves: " + known, "model",
-                      "model_not_found");
+    // OpenAI's answer for an unknown model: 404 model_not_found.
+    ApiError e = BadRequest("The model '" + c->model.substr(0, 256) + "' does not exist; this server serves: " + known,
+                            "model", "model_not_found");
+    e.http_status = 404;
+    e.type = "not_found_error";
+    return e;
   }
   int64_t v = 0;
   bool present = false;

@@ -229,9 +229,41 @@ void Merge(OutputParser::Delta* into, OutputParser::Delta d) {
 
 }  // namespace
 
+void OpenAIServing::AbortAll(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    abort_why_ = why;
+  }
+  aborted_.store(true);
+}
+
 std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStream* io, Sink* sink, Usage* usage) {
-  auto gone = [io, sink] { return !sink->Idle() || io->Gone(); };
+  const auto deadline = config_.generation_timeout.count() > 0 ? req.start + config_.generation_timeout
+                                                               : Clock::time_point::max();
+  // Why the request must end now other than its client leaving, or nullopt.
+  auto ended = [&]() -> std::optional<ApiError> {
+    if (aborted_.load()) {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      return FromStatus(absl::UnavailableError(abort_why_));
+    }
+    if (Clock::now() >= deadline) {
+      ApiError e;
+      e.http_status = 504;
+      e.type = "server_error";
+      e.code = "generation_timeout";
+      e.message = absl::StrCat("the request ran longer than ", config_.generation_timeout.count() / 1000.0,
+                               " s (--generation-timeout-s)");
+      return e;
+    }
+    return std::nullopt;
+  };
+  std::optional<ApiError> error;
+  auto gone = [&] {
+    if (!error) error = ended();
+    return error.has_value() || !sink->Idle() || io->Gone();
+  };
   if (!req.ticket->WaitRunning(gone, config_.poll)) {
+    if (error) return error;
     metrics_->AddCancelled();
     return FromStatus(absl::CancelledError("client disconnected while queued"));
   }
@@ -283,7 +315,6 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
   for (const auto& p : req.prompts) usage->prompt_tokens += static_cast<int32_t>(p.size());
   int remaining = n;
   bool first_token = true;
-  std::optional<ApiError> error;
   auto finish_choice = [&](int i, std::string reason, OutputParser::Delta tail) -> bool {
     ChoiceState& cs = choices[i];
     Merge(&tail, cs.parser->Finish());
@@ -292,6 +323,7 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
     --remaining;
     usage->completion_tokens += cs.tokens;
     if (cs.tool_calls && reason == "stop") reason = "tool_calls";
+    req.finish_reasons.push_back(reason);
     bool ok = true;
     if (!tail.empty()) ok = sink->Delta(i, tail, nullptr);
     return sink->Finish(i, reason) && ok;
@@ -300,8 +332,8 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
   while (remaining > 0) {
     std::pair<int, SeqEvent> item;
     if (!q->Pop(&item, config_.poll)) {
-      if (!sink->Idle() || io->Gone()) {
-        error = FromStatus(absl::CancelledError("client disconnected"));
+      if (gone()) {
+        if (!error) error = FromStatus(absl::CancelledError("client disconnected"));
         break;
       }
       continue;
@@ -313,7 +345,8 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
     if (ev.kind == SeqEvent::kToken) {
       auto now = Clock::now();
       if (first_token) {
-        metrics_->ObserveTtft(std::chrono::duration<double>(now - req.start).count());
+        req.ttft_s = std::chrono::duration<double>(now - req.start).count();
+        metrics_->ObserveTtft(req.ttft_s);
         first_token = false;
       } else if (cs.tokens > 0) {
         metrics_->ObserveItl(std::chrono::duration<double>(now - cs.last_token).count());
@@ -384,6 +417,7 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
     if (error->code == "cancelled") metrics_->AddCancelled();
   }
   handles.clear();  // joins: no event after this
+  req.usage = *usage;
   return error;
 }
 

@@ -54,6 +54,9 @@ struct ServingConfig {
   // Streams: an SSE comment after this long without a write (queue waits, long prefills,
   // stalled steps), so clients and proxies do not time the stream out. 0: never.
   std::chrono::milliseconds sse_keepalive{15000};  // --sse-keepalive-s
+  // A request generating longer than this is ended: 504 generation_timeout (or that error
+  // event on a stream). 0: no deadline.
+  std::chrono::milliseconds generation_timeout{0};  // --generation-timeout-s
 };
 
 struct HttpReply {
@@ -88,6 +91,10 @@ struct PreparedRequest {
   ResponseMeta meta;
   std::unique_ptr<AdmissionController::Ticket> ticket;
   std::chrono::steady_clock::time_point start;
+  // Filled by the run, for the access log and metrics.
+  Usage usage;
+  double ttft_s = -1;                        // first token after start; -1: none
+  std::vector<std::string> finish_reasons;   // per choice that finished
 };
 
 class OpenAIServing {
@@ -125,6 +132,10 @@ class OpenAIServing {
   const TextCodec& codec() const { return *codec_; }
   uint64_t vocab_fingerprint() const { return vocab_fingerprint_; }
 
+  // Ends every running generation with `why` (Unavailable): the drain deadline on SIGTERM.
+  // Streams get it as an error event and [DONE]; later requests fail at once.
+  void AbortAll(const std::string& why);
+
  public:
   struct Sink;  // receives deltas: collects (unary) or writes (stream)
 
@@ -142,6 +153,9 @@ class OpenAIServing {
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   uint64_t vocab_fingerprint_ = 0;  // of codec_->TokenTexts(): sent with constrained requests
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;
+  std::string abort_why_;
 };
 
 }  // namespace moe::gateway

@@ -20,7 +20,8 @@ namespace moe::gateway::testing {
 struct TestGateway {
   TestGateway(std::string script, int step_ms, AdmissionConfig ac, std::vector<std::string> keys = {},
          size_t max_body = 1 << 16, std::function<void(HttpTransportConfig*)> tune = nullptr,
-              std::function<void(ServingConfig*)> tune_serving = nullptr)
+              std::function<void(ServingConfig*)> tune_serving = nullptr,
+              std::function<void(HttpConfig*)> tune_http = nullptr)
       : admission(ac) {
     fake = std::make_shared<FakeWorker>("w0", script, step_ms);
     placer = std::make_unique<SequencePlacer>(std::vector<std::shared_ptr<Worker>>{fake}, SequencePlacerConfig{});
@@ -35,6 +36,7 @@ struct TestGateway {
     hc.transport.limits.max_body_bytes = max_body;
     hc.transport.handler_threads = 16;
     if (tune) tune(&hc.transport);
+    if (tune_http) tune_http(&hc);
     http = std::make_unique<GatewayHttpServer>(hc, serving.get(), &api_keys, &admission, placer.get(), &metrics);
     auto p = http->Bind();
     EXPECT_TRUE(p.ok()) << p.status();

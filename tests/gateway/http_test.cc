@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <thread>
 
 #include "tests/gateway/http_fixture.h"
@@ -46,7 +47,7 @@ TEST(GatewayHttp, MalformedInputGetsShapedErrors) {
   ExpectError(s.Post("/v1/chat/completions", ""), 400, "invalid_json");
   ExpectError(s.Post("/v1/chat/completions", "\xff\xfe"), 400, "invalid_json");
   ExpectError(s.Post("/v1/completions", R"({"model":"m","prompt":"a","n":0})"), 400, "invalid_value");
-  ExpectError(s.Post("/v1/completions", R"({"model":"zz","prompt":"a"})"), 400, "model_not_found");
+  ExpectError(s.Post("/v1/completions", R"({"model":"zz","prompt":"a"})"), 404, "model_not_found");
   ExpectError(s.Post("/v1/chat/completions", std::string(8000, ' ')), 413, "body_too_large");
   ExpectError(s.Get("/v2/nothing"), 404, "unknown_url");
   ExpectError(s.Get("/v1/chat/completions"), 405, "method_not_allowed");
@@ -159,6 +160,106 @@ TEST(GatewayHttp, DisconnectCancelsANonStreamingRequestToo) {
   for (int i = 0; i < 500 && s.fake->cancels.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(s.fake->cancels.load(), 1);
   EXPECT_EQ(s.fake->finished.load(), 0);
+}
+
+// CORS is opt-in (--allowed-origins): preflights answered for allowed origins, refused by
+// name for others, and every response to an allowed origin carries Allow-Origin.
+TEST(GatewayHttp, CorsPreflightAndHeaders) {
+  Server s("ok", 1, {}, {}, 1 << 16, nullptr, nullptr,
+           [](HttpConfig* h) { h->allowed_origins = {"https://app.example"}; });
+  auto pre = testing::Request(s.port, "OPTIONS", "/v1/chat/completions", "",
+                              {{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "POST"}});
+  EXPECT_EQ(pre.status, 204);
+  EXPECT_EQ(pre.Header("access-control-allow-origin"), "https://app.example");
+  EXPECT_NE(pre.Header("access-control-allow-methods").find("POST"), std::string::npos);
+  EXPECT_NE(pre.Header("access-control-allow-headers").find("Authorization"), std::string::npos);
+  auto bad = testing::Request(s.port, "OPTIONS", "/v1/chat/completions", "", {{"Origin", "https://evil.example"}});
+  ExpectError(bad, 403, "origin_not_allowed");
+  EXPECT_EQ(bad.Header("access-control-allow-origin"), "");
+  auto r = s.Post("/v1/chat/completions", kChat + "}", {{"Origin", "https://app.example"}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.Header("access-control-allow-origin"), "https://app.example");
+  EXPECT_EQ(r.Header("vary"), "Origin");
+  // Off by default: no CORS headers at all.
+  Server plain("ok", 1, {});
+  auto p2 = plain.Post("/v1/chat/completions", kChat + "}", {{"Origin", "https://app.example"}});
+  EXPECT_EQ(p2.status, 200);
+  EXPECT_EQ(p2.Header("access-control-allow-origin"), "");
+}
+
+TEST(GatewayHttp, XApiKeyWorksLikeBearer) {
+  Server s("x", 1, {}, {"sk-1"});
+  EXPECT_EQ(s.Post("/v1/chat/completions", kChat + "}", {{"x-api-key", "sk-1"}}).status, 200);
+  ExpectError(s.Post("/v1/chat/completions", kChat + "}", {{"x-api-key", "sk-2"}}), 401, "invalid_api_key");
+  ExpectError(s.Post("/v1/chat/completions", kChat + "}", {{"x-api-key", "sk-1"}, {"Authorization", "Bearer sk-9"}}),
+              401, "invalid_api_key");
+}
+
+TEST(GatewayHttp, GenerationDeadlineEndsTheRequestWithA504) {
+  Server s(std::string(500, 'z'), 20, {}, {}, 1 << 16, nullptr,
+           [](ServingConfig* c) { c->generation_timeout = std::chrono::milliseconds(300); });
+  auto t0 = std::chrono::steady_clock::now();
+  ExpectError(s.Post("/v1/chat/completions", kChat + R"(,"max_tokens":400})"), 504, "generation_timeout");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  std::string got;
+  int fd = OpenStream(s.port, kChat + R"(,"stream":true,"max_tokens":400})", 1000, &got);
+  ::close(fd);
+  EXPECT_NE(got.find("generation_timeout"), std::string::npos) << got;
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
+  EXPECT_GE(s.fake->cancels.load(), 2);  // the sequences were stopped on the worker
+}
+
+// SIGTERM drain: admitted requests finish, new ones get 503, a stream still running at the
+// end gets an error event and [DONE].
+TEST(GatewayHttp, DrainFinishesAdmittedRefusesNewAndEndsTheRest) {
+  Server s(std::string(2000, 'z'), 10, {});
+  std::string quick_body, long_got;
+  std::thread quick([&] { quick_body = s.Post("/v1/chat/completions", kChat + R"(,"max_tokens":20})").body; });
+  std::thread slow([&] {
+    int fd = OpenStream(s.port, kChat + R"(,"stream":true,"max_tokens":900})", 100000, &long_got);
+    ::close(fd);
+  });
+  for (int i = 0; i < 500 && s.admission.running() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(s.admission.running(), 2);
+  std::thread drain([&] { s.http->Drain(std::chrono::milliseconds(800)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto refused = s.Post("/v1/chat/completions", kChat + "}");
+  ExpectError(refused, 503, "worker_unavailable");
+  EXPECT_EQ(refused.Header("retry-after"), "1");
+  quick.join();
+  slow.join();
+  drain.join();
+  EXPECT_EQ(json::parse(quick_body)["choices"][0]["finish_reason"], "length") << quick_body;
+  EXPECT_NE(long_got.find("shutting down"), std::string::npos) << long_got.substr(long_got.size() - 300);
+  EXPECT_NE(long_got.find("data: [DONE]"), std::string::npos);
+}
+
+TEST(GatewayHttp, AccessLogHasOneJsonLinePerRequest) {
+  const std::string path = ::testing::TempDir() + "/access_" + std::to_string(::getpid()) + ".log";
+  ::unlink(path.c_str());
+  auto log = AccessLog::Open(path);
+  ASSERT_TRUE(log.ok());
+  {
+    Server s("hi", 1, {}, {}, 1 << 16, nullptr, nullptr, [&](HttpConfig* h) { h->access_log = log->get(); });
+    s.Post("/v1/chat/completions", kChat + "}");
+    s.Get("/health");
+    s.Get("/nope");
+  }
+  std::ifstream in(path);
+  std::vector<json> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(json::parse(l));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["route"], "/v1/chat/completions");
+  EXPECT_EQ(lines[0]["status"], 200);
+  EXPECT_EQ(lines[0]["completion_tokens"], 3);  // "hi" + EOS
+  EXPECT_GT(lines[0]["prompt_tokens"].get<int>(), 0);
+  EXPECT_TRUE(lines[0]["ttft_ms"].is_number());
+  EXPECT_TRUE(lines[0]["id"].get<std::string>().rfind("chatcmpl-", 0) == 0);
+  EXPECT_EQ(lines[0]["client"], "127.0.0.1");
+  EXPECT_EQ(lines[1]["status"], 200);
+  EXPECT_EQ(lines[2]["status"], 404);
+  for (const auto& l : lines) EXPECT_TRUE(l["latency_ms"].is_number());
+  ::unlink(path.c_str());
 }
 
 }  // namespace

@@ -77,7 +77,6 @@ TEST(GatewayProtocol, EveryChatErrorIsA400NamingTheField) {
       {"[1,2]", "", "invalid_json"},
       {R"({"messages":[{"role":"user","content":"x"}]})", "model", "missing_required_parameter"},
       {R"({"model":5,"messages":[{"role":"user","content":"x"}]})", "model", "invalid_type"},
-      {R"({"model":"other","messages":[{"role":"user","content":"x"}]})", "model", "model_not_found"},
       {R"({"model":"m"})", "messages", "missing_required_parameter"},
       {R"({"model":"m","messages":{}})", "messages", "invalid_type"},
       {R"({"model":"m","messages":[]})", "messages", "invalid_value"},
@@ -317,7 +316,6 @@ TEST(GatewayProtocol, EveryCompletionErrorIsA400) {
       {R"({"model":"m","prompt":"a","logprobs":true})", "logprobs", "invalid_type"},
       {R"({"model":"m","prompt":"a","suffix":"z"})", "suffix", "unsupported_parameter"},
       {R"({"model":"m","prompt":"a","best_of":3})", "best_of", "unsupported_value"},
-      {R"({"model":"x","prompt":"a"})", "model", "model_not_found"},
       {R"({"model":"m","prompt":"a","max_tokens":0})", "max_tokens", "invalid_value"},
   };
   for (const auto& c : cases) {
@@ -326,6 +324,18 @@ TEST(GatewayProtocol, EveryCompletionErrorIsA400) {
     EXPECT_EQ(e->http_status, 400);
     EXPECT_EQ(e->param, c.param) << c.body << " -> " << e->message;
     EXPECT_EQ(e->code, c.code) << c.body << " -> " << e->message;
+  }
+}
+
+TEST(GatewayProtocol, UnknownModelIs404ModelNotFound) {
+  for (auto e : {Chat(R"({"model":"other","messages":[{"role":"user","content":"x"}]})"),
+                 Comp(R"({"model":"x","prompt":"a"})")}) {
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->http_status, 404);
+    EXPECT_EQ(e->type, "not_found_error");
+    EXPECT_EQ(e->code, "model_not_found");
+    EXPECT_EQ(e->param, "model");
+    EXPECT_NE(e->message.find("serves: m"), std::string::npos) << e->message;
   }
 }
 

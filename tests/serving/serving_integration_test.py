@@ -171,7 +171,9 @@ class ServingStack(unittest.TestCase):
         self.assertEqual(err.get("code"), code, err)
 
     def test_errors(self):
-        self.assert_bad_request("model_not_found", model="gpt-4", messages=chat("x"))
+        with self.assertRaises(openai.NotFoundError) as cm:  # an unknown model is a 404, as OpenAI's
+            self.client.chat.completions.create(model="gpt-4", messages=chat("x"))
+        self.assertEqual(cm.exception.body.get("code"), "model_not_found")
         self.assert_bad_request("invalid_value", model=MODEL, messages=chat("x"), n=0)
         self.assert_bad_request("invalid_value", model=MODEL, messages=chat("x"), temperature=3)
         self.assert_bad_request("invalid_type", model=MODEL, messages=chat("x"), max_tokens="ten")
