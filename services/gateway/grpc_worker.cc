@@ -178,6 +178,7 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
     info.constraint_compile_ms = stats.constraint_compile_ms();
     info.last_error = stats.last_error();
     info.errors = stats.errors();
+    info.prefix_cache_lookups = stats.prefix_cache_lookups();
   }
   return info;
 }

@@ -185,7 +185,7 @@ int Main(int argc, char** argv) {
   }
   MOE_LOG(INFO) << "gateway: " << placer.alive_count() << "/" << ws.size() << " workers live, context " << ctx;
 
-  Metrics metrics;
+  Metrics metrics(model_name);
   AdmissionController admission({static_cast<int>(max_running), static_cast<int>(max_queued),
                                  static_cast<int>(per_key_limit), static_cast<int>(retry_after)});
   ServingConfig sc;

@@ -11,64 +11,60 @@ const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
 }
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+Metrics::Metrics(const std::string& model) : registry_(std::make_shared<prometheus::Registry>()) {
   using namespace prometheus;
-  ttft_ = &BuildHistogram()
-               .Name("moe_time_to_first_token_seconds")
-               .Help("Time from request admission to the first generated token")
-               .Register(*registry_)
-               .Add({}, kLatencyBuckets);
-  itl_ = &BuildHistogram()
-              .Name("moe_inter_token_latency_seconds")
-              .Help("Time between consecutive tokens of one choice")
-              .Register(*registry_)
-              .Add({}, kLatencyBuckets);
-  duration_ = &BuildHistogram()
-                   .Name("moe_request_duration_seconds")
-                   .Help("Whole request time by endpoint")
-                   .Register(*registry_);
-  requests_ = &BuildCounter().Name("moe_requests_total").Help("Requests by endpoint and HTTP status").Register(*registry_);
-  tokens_ = &BuildCounter()
-                 .Name("moe_generated_tokens_total")
-                 .Help("Tokens generated for clients")
-                 .Register(*registry_)
-                 .Add({});
-  cancelled_ = &BuildCounter()
-                    .Name("moe_cancelled_sequences_total")
-                    .Help("Sequences cancelled (client gone, stop string)")
-                    .Register(*registry_)
-                    .Add({});
-  queue_ = &BuildGauge().Name("moe_queue_depth").Help("Requests waiting for a slot").Register(*registry_).Add({});
-  running_ = &BuildGauge().Name("moe_running_requests").Help("Requests running").Register(*registry_).Add({});
-  w_active_ = &BuildGauge().Name("moe_worker_active_sequences").Help("Sequences on each worker").Register(*registry_);
-  w_up_ = &BuildGauge().Name("moe_worker_up").Help("1 when the worker is in rotation").Register(*registry_);
-  w_tokens_ = &BuildGauge().Name("moe_worker_tokens_total").Help("Tokens streamed from each worker").Register(*registry_);
-  w_tps_ = &BuildGauge()
-                .Name("moe_worker_tokens_per_second")
-                .Help("Tokens/s of each worker since the previous scrape")
-                .Register(*registry_);
-  w_hit_ = &BuildGauge()
-                .Name("moe_worker_expert_hit_rate")
-                .Help("Expert cache hit rate reported by each worker (expertd / in-process store)")
-                .Register(*registry_);
-  w_prefix_ = &BuildGauge()
-                   .Name("moe_worker_prefix_cache_hit_tokens")
-                   .Help("Prompt tokens served from the prefix KV cache, per worker")
-                   .Register(*registry_);
-  w_steps_ = &BuildGauge().Name("moe_worker_steps").Help("Engine steps run by each worker").Register(*registry_);
-  w_fetches_ = &BuildGauge()
-                    .Name("moe_worker_expert_fetches")
-                    .Help("Routed-expert fetches of each worker (one per distinct expert per layer per step)")
-                    .Register(*registry_);
-  w_cancel_late_ = &BuildGauge()
-                        .Name("moe_worker_max_steps_after_cancel")
-                        .Help("Most steps a cancelled sequence took part in after its cancel (0 = in time)")
-                        .Register(*registry_);
+  const Labels m{{"model", model}};
+  auto counter = [&](const char* name, const char* help) {
+    return &BuildCounter().Name(name).Help(help).Labels(m).Register(*registry_);
+  };
+  auto gauge = [&](const char* name, const char* help) {
+    return &BuildGauge().Name(name).Help(help).Labels(m).Register(*registry_);
+  };
+  auto histogram = [&](const char* name, const char* help) {
+    return &BuildHistogram().Name(name).Help(help).Labels(m).Register(*registry_);
+  };
+  ttft_ = &histogram("moe_time_to_first_token_seconds", "Time from request admission to the first generated token")
+               ->Add({}, kLatencyBuckets);
+  itl_ = &histogram("moe_inter_token_latency_seconds", "Time between consecutive tokens of one choice")
+              ->Add({}, kLatencyBuckets);
+  duration_ = histogram("moe_request_duration_seconds", "Whole request time by endpoint");
+  requests_ = counter("moe_requests_total", "Requests by endpoint and HTTP status");
+  finish_ = counter("moe_request_finish_total", "Choices by finish reason");
+  tokens_ = &counter("moe_generated_tokens_total", "Tokens generated for clients")->Add({});
+  prompt_tokens_ = &counter("moe_prompt_tokens_total", "Prompt tokens of the requests that ran")->Add({});
+  cancelled_ = &counter("moe_cancelled_sequences_total", "Sequences cancelled (client gone, stop string)")->Add({});
+  queue_ = &gauge("moe_queue_depth", "Requests waiting for a slot")->Add({});
+  running_ = &gauge("moe_running_requests", "Requests running")->Add({});
+  w_active_ = gauge("moe_worker_active_sequences", "Sequences on each worker");
+  w_up_ = gauge("moe_worker_up", "1 when the worker is in rotation");
+  w_tps_ = gauge("moe_worker_tokens_per_second", "Tokens/s of each worker since the previous scrape");
+  w_hit_ = gauge("moe_worker_expert_hit_rate", "Expert cache hit rate reported by each worker (expertd / in-process)");
+  w_cancel_late_ = gauge("moe_worker_max_steps_after_cancel",
+                         "Most steps a cancelled sequence took part in after its cancel (0 = in time)");
+  w_kv_ = gauge("moe_worker_kv_cache_bytes", "KV cache memory of each worker's live sequences");
+  w_prefix_bytes_ = gauge("moe_worker_prefix_cache_bytes", "KV of finished sequences kept for prefix reuse");
+  w_prefix_cap_ = gauge("moe_worker_prefix_cache_capacity_bytes", "Bound of the prefix cache (--prefix-cache-bytes)");
+  w_prefix_use_ = gauge("moe_worker_prefix_cache_usage", "Prefix cache bytes over its capacity (0..1)");
+  w_tokens_ = counter("moe_worker_tokens_total", "Tokens streamed from each worker");
+  w_steps_ = counter("moe_worker_steps_total", "Engine steps run by each worker");
+  w_fetches_ = counter("moe_worker_expert_fetches_total",
+                       "Routed-expert fetches of each worker (one per distinct expert per layer per step)");
+  w_prefix_hits_ = counter("moe_worker_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache");
+  w_prefix_lookups_ = counter("moe_worker_prefix_cache_lookups_total", "Prefix cache lookups");
 }
 
 void Metrics::ObserveRequest(const std::string& endpoint, int http_status, double seconds) {
   requests_->Add({{"endpoint", endpoint}, {"code", std::to_string(http_status)}}).Increment();
   duration_->Add({{"endpoint", endpoint}}, kLatencyBuckets).Observe(seconds);
+}
+
+void Metrics::Advance(Counters* family, const std::string& worker, int64_t total) {
+  int64_t& last = last_total_[{family, worker}];
+  // A total below the last one: the worker restarted and counts from 0 again.
+  const int64_t moved = total >= last ? total - last : total;
+  last = total;
+  auto& c = family->Add({{"worker", worker}});
+  if (moved > 0) c.Increment(static_cast<double>(moved));
 }
 
 std::string Metrics::Render(const AdmissionController* admission, const SequencePlacer* placer) {
@@ -83,12 +79,20 @@ std::string Metrics::Render(const AdmissionController* admission, const Sequence
       prometheus::Labels l{{"worker", w.name}};
       w_active_->Add(l).Set(w.active);
       w_up_->Add(l).Set(w.alive ? 1 : 0);
-      w_tokens_->Add(l).Set(static_cast<double>(w.tokens_generated));
       w_hit_->Add(l).Set(w.info.expert_hit_rate);
-      w_prefix_->Add(l).Set(static_cast<double>(w.info.prefix_cache_hit_tokens));
-      w_steps_->Add(l).Set(static_cast<double>(w.info.steps));
-      w_fetches_->Add(l).Set(static_cast<double>(w.info.expert_fetches));
       w_cancel_late_->Add(l).Set(static_cast<double>(w.info.max_steps_after_cancel));
+      w_kv_->Add(l).Set(static_cast<double>(w.info.kv_bytes));
+      w_prefix_bytes_->Add(l).Set(static_cast<double>(w.info.prefix_cache_bytes));
+      w_prefix_cap_->Add(l).Set(static_cast<double>(w.info.prefix_cache_capacity_bytes));
+      w_prefix_use_->Add(l).Set(w.info.prefix_cache_capacity_bytes > 0
+                                    ? static_cast<double>(w.info.prefix_cache_bytes) /
+                                          static_cast<double>(w.info.prefix_cache_capacity_bytes)
+                                    : 0.0);
+      Advance(w_tokens_, w.name, w.tokens_generated);
+      Advance(w_steps_, w.name, w.info.steps);
+      Advance(w_fetches_, w.name, w.info.expert_fetches);
+      Advance(w_prefix_hits_, w.name, w.info.prefix_cache_hit_tokens);
+      Advance(w_prefix_lookups_, w.name, w.info.prefix_cache_lookups);
       Rate& r = rates_[w.name];
       double dt = std::chrono::duration<double>(now - r.at).count();
       if (r.at.time_since_epoch().count() != 0 && dt > 0.05) {

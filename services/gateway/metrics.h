@@ -1,20 +1,27 @@
-// Prometheus metrics of the gateway, served on GET /metrics in the text
-// exposition format (prometheus-cpp's registry + TextSerializer; no second
-// HTTP server).
+// Prometheus metrics of the gateway, served on GET /metrics in the text exposition format
+// (prometheus-cpp's registry + TextSerializer; no second HTTP server). Every series has a
+// `model` label (the served model name).
 //
-//   moe_time_to_first_token_seconds     histogram  request start -> first token
-//   moe_inter_token_latency_seconds     histogram  between tokens of one choice
-//   moe_request_duration_seconds        histogram  whole request
-//   moe_requests_total{endpoint,code}   counter
-//   moe_generated_tokens_total          counter
-//   moe_queue_depth / moe_running_requests   gauges (admission)
-//   moe_worker_active_sequences{worker}, moe_worker_up{worker},
-//   moe_worker_tokens_total{worker}, moe_worker_tokens_per_second{worker},
-//   moe_worker_expert_hit_rate{worker}, moe_worker_prefix_cache_hit_tokens{worker}
-//   moe_worker_steps{worker}, moe_worker_max_steps_after_cancel{worker},
-//   moe_worker_expert_fetches{worker} (from the worker's Stats)
-//   moe_cancelled_sequences_total       counter (client disconnects, stops)
-// Thread safety: all methods are thread-safe (prometheus-cpp metrics are).
+//   moe_time_to_first_token_seconds        histogram  request admission -> first token
+//   moe_inter_token_latency_seconds        histogram  between tokens of one choice
+//   moe_request_duration_seconds{endpoint} histogram  whole request
+//   moe_requests_total{endpoint,code}      counter
+//   moe_prompt_tokens_total                counter    prompt tokens of requests that ran
+//   moe_generated_tokens_total             counter    tokens generated for clients
+//   moe_request_finish_total{reason}       counter    choices by finish reason (stop, length,
+//                                                     tool_calls, or the error code)
+//   moe_cancelled_sequences_total          counter    client disconnects, stop strings
+//   moe_queue_depth / moe_running_requests gauges     (admission)
+//   per worker {worker}:
+//     moe_worker_up, moe_worker_active_sequences, moe_worker_tokens_per_second,
+//     moe_worker_expert_hit_rate, moe_worker_max_steps_after_cancel,
+//     moe_worker_kv_cache_bytes, moe_worker_prefix_cache_bytes,
+//     moe_worker_prefix_cache_capacity_bytes, moe_worker_prefix_cache_usage (0..1)  gauges;
+//     moe_worker_tokens_total, moe_worker_steps_total, moe_worker_expert_fetches_total,
+//     moe_worker_prefix_cache_hit_tokens_total, moe_worker_prefix_cache_lookups_total
+//     counters (the workers report running totals; the gateway adds what each probe
+//     moved on, and a worker's restart does not make them go back).
+// Thread safety: all methods are thread-safe (prometheus-cpp metrics are; Render locks).
 #pragma once
 
 #include <chrono>
@@ -36,44 +43,58 @@ class SequencePlacer;
 
 class Metrics {
  public:
-  Metrics();
+  explicit Metrics(const std::string& model = "moestream");
   void ObserveTtft(double seconds) { ttft_->Observe(seconds); }
   void ObserveItl(double seconds) { itl_->Observe(seconds); }
   void ObserveRequest(const std::string& endpoint, int http_status, double seconds);
   void AddTokens(int64_t n) { tokens_->Increment(static_cast<double>(n)); }
+  void AddPromptTokens(int64_t n) { prompt_tokens_->Increment(static_cast<double>(n)); }
+  void AddFinish(const std::string& reason) { finish_->Add({{"reason", reason}}).Increment(); }
   void AddCancelled() { cancelled_->Increment(); }
 
-  // Samples gauges from the admission controller and placer, then
-  // serializes the registry.
+  // Samples gauges from the admission controller and placer, then serializes the registry.
   std::string Render(const AdmissionController* admission, const SequencePlacer* placer);
 
  private:
+  using Counters = prometheus::Family<prometheus::Counter>;
+  using Gauges = prometheus::Family<prometheus::Gauge>;
+  // Adds to a per-worker counter what a reported running total moved on since last time.
+  void Advance(Counters* family, const std::string& worker, int64_t total);
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
   prometheus::Family<prometheus::Histogram>* duration_;
-  prometheus::Family<prometheus::Counter>* requests_;
+  Counters* requests_;
+  Counters* finish_;
   prometheus::Counter* tokens_;
+  prometheus::Counter* prompt_tokens_;
   prometheus::Counter* cancelled_;
   prometheus::Gauge* queue_;
   prometheus::Gauge* running_;
-  prometheus::Family<prometheus::Gauge>* w_active_;
-  prometheus::Family<prometheus::Gauge>* w_up_;
-  prometheus::Family<prometheus::Gauge>* w_tokens_;
-  prometheus::Family<prometheus::Gauge>* w_tps_;
-  prometheus::Family<prometheus::Gauge>* w_hit_;
-  prometheus::Family<prometheus::Gauge>* w_prefix_;
-  prometheus::Family<prometheus::Gauge>* w_steps_;
-  prometheus::Family<prometheus::Gauge>* w_fetches_;
-  prometheus::Family<prometheus::Gauge>* w_cancel_late_;
+  Gauges* w_active_;
+  Gauges* w_up_;
+  Gauges* w_tps_;
+  Gauges* w_hit_;
+  Gauges* w_cancel_late_;
+  Gauges* w_kv_;
+  Gauges* w_prefix_bytes_;
+  Gauges* w_prefix_cap_;
+  Gauges* w_prefix_use_;
+  Counters* w_tokens_;
+  Counters* w_steps_;
+  Counters* w_fetches_;
+  Counters* w_prefix_hits_;
+  Counters* w_prefix_lookups_;
 
-  std::mutex mu_;  // rate computation state
+  std::mutex mu_;  // rates and the last reported totals
   struct Rate {
     int64_t tokens = 0;
     std::chrono::steady_clock::time_point at;
     double tps = 0.0;
   };
   std::map<std::string, Rate> rates_;
+  std::map<std::pair<const Counters*, std::string>, int64_t> last_total_;
 };
 
 }  // namespace moe::gateway

@@ -324,6 +324,7 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
     usage->completion_tokens += cs.tokens;
     if (cs.tool_calls && reason == "stop") reason = "tool_calls";
     req.finish_reasons.push_back(reason);
+    metrics_->AddFinish(reason);
     bool ok = true;
     if (!tail.empty()) ok = sink->Delta(i, tail, nullptr);
     return sink->Finish(i, reason) && ok;
@@ -418,6 +419,12 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
   }
   handles.clear();  // joins: no event after this
   req.usage = *usage;
+  metrics_->AddPromptTokens(usage->prompt_tokens);
+  if (error && error->code != "cancelled") {
+    for (int i = 0; i < n; ++i) {
+      if (!choices[i].done) metrics_->AddFinish(error->code.empty() ? "error" : error->code);
+    }
+  }
   return error;
 }
 

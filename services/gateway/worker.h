@@ -110,6 +110,7 @@ struct WorkerInfo {
   std::string constraint_vocab;    // where it came from, or why there is none
   std::string last_error;          // the worker's own (a failed step, a refused request)
   int64_t errors = 0;
+  int64_t prefix_cache_lookups = 0;
 };
 
 class Worker {

@@ -23,6 +23,10 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+// Bounds on what one Generate may ask for (the gateway asks for at most 20 / a handful).
+constexpr int32_t kMaxTopLogprobs = 20;
+constexpr size_t kMaxStopTokenIds = 1024;
+
 struct CallQueue {
   std::mutex mu;
   std::condition_variable cv;
@@ -73,6 +77,14 @@ grpc::Status InferdService::Generate(grpc::ServerContext* ctx, const GenerateReq
     if (!c.ok()) return Refuse(grpc::StatusCode::INVALID_ARGUMENT, std::string(c.status().message()));
     compile_us_ += static_cast<int64_t>(info.compile_ms * 1000);
     r.constraint = std::move(*c);
+  }
+  if (r.logprobs > kMaxTopLogprobs) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("logprobs ", r.logprobs, " > ", kMaxTopLogprobs, " alternatives per token"));
+  }
+  if (r.stop_token_ids.size() > kMaxStopTokenIds) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(r.stop_token_ids.size(), " stop token ids; at most ", kMaxStopTokenIds));
   }
   const std::string id = r.id;
   auto q = std::make_shared<CallQueue>();

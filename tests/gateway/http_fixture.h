@@ -52,7 +52,7 @@ struct TestGateway {
   }
   HttpResult Get(const std::string& path, testing::Headers h = {}) { return testing::Request(port, "GET", path, "", h); }
   ByteCodec codec;
-  Metrics metrics;
+  Metrics metrics{"m"};
   AdmissionController admission;
   std::shared_ptr<FakeWorker> fake;
   std::unique_ptr<SequencePlacer> placer;

@@ -36,9 +36,30 @@ TEST(GatewayHttp, ChatRoundTripModelsHealthMetrics) {
   auto met = s.Get("/metrics");
   for (const char* name : {"moe_time_to_first_token_seconds_bucket", "moe_inter_token_latency_seconds_bucket",
                            "moe_queue_depth", "moe_worker_active_sequences", "moe_worker_tokens_per_second",
-                           "moe_requests_total"}) {
+                           "moe_requests_total", "moe_worker_kv_cache_bytes", "moe_worker_prefix_cache_usage"}) {
     EXPECT_NE(met.body.find(name), std::string::npos) << name;
   }
+  // Counters are counters, every series names the model, and the token/finish counters count.
+  for (const char* type : {"# TYPE moe_worker_tokens_total counter", "# TYPE moe_worker_steps_total counter",
+                           "# TYPE moe_prompt_tokens_total counter", "# TYPE moe_generated_tokens_total counter",
+                           "# TYPE moe_request_finish_total counter"}) {
+    EXPECT_NE(met.body.find(type), std::string::npos) << type;
+  }
+  EXPECT_NE(met.body.find("moe_request_finish_total{model=\"m\",reason=\"stop\"} 1"), std::string::npos) << met.body;
+  EXPECT_NE(met.body.find("moe_generated_tokens_total{model=\"m\"} 6"), std::string::npos);  // "hello" + EOS
+  EXPECT_NE(met.body.find("moe_prompt_tokens_total{model=\"m\"} "), std::string::npos);
+  for (size_t p = met.body.find("\nmoe_"); p != std::string::npos; p = met.body.find("\nmoe_", p + 1)) {
+    const std::string line = met.body.substr(p + 1, met.body.find('\n', p + 1) - p - 1);
+    EXPECT_NE(line.find("model=\"m\""), std::string::npos) << line;
+  }
+  // A second scrape does not count the worker's totals twice.
+  auto again = s.Get("/metrics");
+  auto worker_tokens = [](const std::string& body) {
+    size_t p = body.find("\nmoe_worker_tokens_total{");
+    return p == std::string::npos ? std::string() : body.substr(p, body.find('\n', p + 1) - p);
+  };
+  EXPECT_EQ(worker_tokens(again.body), worker_tokens(met.body));
+  EXPECT_NE(worker_tokens(met.body).find("} 6"), std::string::npos) << worker_tokens(met.body);
 }
 
 TEST(GatewayHttp, MalformedInputGetsShapedErrors) {
