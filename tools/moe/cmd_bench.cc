@@ -20,6 +20,7 @@ int RunBenchIo(int argc, char** argv);
 int RunBenchKernels(int argc, char** argv);
 int RunBenchLease(int argc, char** argv);
 int RunBenchTokenize(int argc, char** argv);
+int RunBenchChat(int argc, char** argv);
 
 namespace {
 struct BenchTarget {
@@ -30,6 +31,7 @@ struct BenchTarget {
 const BenchTarget kTargets[] = {
     {"batch", "engine: one fused decode step for S sequences vs S separate forwards", RunBenchBatch},
     {"cache", "expertd policy: LRU vs ours vs Belady hit rates on a routing trace", RunBenchCache},
+    {"chat", "chat-template render cost: the C++ engine vs CPython Jinja2, and over threads", RunBenchChat},
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
     {"e2e", "expert path of decode steps through expertd on a moe synth slice vs disk/compute floors", RunBenchE2e},
     {"io", "expertd miss path vs raw O_DIRECT reads; io_uring vs pread pool", RunBenchIo},

@@ -21,6 +21,7 @@
 #include "common/base/status.h"
 #include "common/text/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tools/moe/bench_util.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
@@ -96,26 +97,10 @@ std::vector<std::string_view> Chunks(const std::string& data) {
   return out;
 }
 
-struct Stats {
-  double median, min, max;
-};
-Stats MbPerSec(std::vector<double> secs, size_t bytes) {
+Spread MbPerSec(const std::vector<double>& secs, size_t bytes) {
   std::vector<double> v;
   for (double s : secs) v.push_back(bytes / 1e6 / s);
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
-}
-
-absl::StatusOr<std::string> RunCommand(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", cmd));
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = pclose(p);
-  if (rc != 0) return absl::UnavailableError(absl::StrCat("'", cmd, "' exited with status ", rc));
-  return out;
+  return SpreadOf(std::move(v));
 }
 
 absl::Status Run(int argc, char** argv, FlagSet* flags, bool* help) {
@@ -178,7 +163,7 @@ absl::Status Run(int argc, char** argv, FlagSet* flags, bool* help) {
     ours.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (sink != ntok) return absl::InternalError("token count changed between passes");
   }
-  const Stats so = MbPerSec(ours, data.size());
+  const Spread so = MbPerSec(ours, data.size());
   nlohmann::json out = {{"corpus_bytes", data.size()}, {"chunks", chunks.size()}, {"tokens", ntok},
                         {"repeats", repeats},          {"moe_mb_s", {so.median, so.min, so.max}}};
   std::string hf_line = "hf tokenizers: skipped (--no-hf)";
@@ -189,7 +174,7 @@ absl::Status Run(int argc, char** argv, FlagSet* flags, bool* help) {
     if (!res.ok()) return Annotate(res.status(), "Hugging Face side (python3 + tokenizers; or pass --no-hf)");
     auto j = nlohmann::json::parse(*res, nullptr, false);
     if (j.is_discarded() || !j.contains("times")) return absl::InternalError("Hugging Face side: bad output");
-    const Stats sh = MbPerSec(j["times"].get<std::vector<double>>(), data.size());
+    const Spread sh = MbPerSec(j["times"].get<std::vector<double>>(), data.size());
     mismatch = j["tokens"].get<uint64_t>() != ntok || j["hash"].get<std::string>() != std::to_string(hash);
     out["hf_mb_s"] = {sh.median, sh.min, sh.max};
     out["hf_version"] = j["version"];

@@ -3,11 +3,14 @@
 // `line` is the template line (1-based) that errors name.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "common/text/jinja/value.h"
 
 namespace moe::text::jinja {
@@ -44,8 +47,9 @@ enum class ExprKind : uint8_t {
 struct Expr {
   ExprKind kind = ExprKind::kConst;
   int line = 0;
-  Value value;                                       // kConst
+  Value value;                                       // kConst (immortal: shared by renders)
   std::string name;                                  // kName, kGetattr, kFilter, kTest, kBinary (op)
+  const std::string* sym = nullptr;                  // kName: the interned name
   ExprPtr a, b, c;                                   // operands
   std::vector<ExprPtr> args;                         // call/filter/test args, list/tuple items, dict values
   std::vector<ExprPtr> keys;                         // kDict keys
@@ -73,6 +77,7 @@ enum class StmtKind : uint8_t {
 // Assignment target: a name, ns.attr, or a tuple of names.
 struct Target {
   std::vector<std::string> names;  // one name, or several for tuple unpacking
+  std::vector<const std::string*> syms;  // the names, interned
   std::string attr;                // non-empty: names[0].attr
   bool tuple = false;
 };
@@ -89,7 +94,9 @@ struct Stmt {
   Body else_body;                   // kIf, kFor
   Target target;                    // kFor, kSet, kSetBlock
   std::string name;                 // kMacro
+  const std::string* name_sym = nullptr;
   std::vector<std::string> params;  // kMacro
+  std::vector<const std::string*> param_syms;
   std::vector<ExprPtr> defaults;    // kMacro: defaults for the last params (aligned right)
   bool uses_varargs = false;        // kMacro: body reads `varargs` / `kwargs`
   bool uses_kwargs = false;
@@ -97,7 +104,33 @@ struct Stmt {
   std::vector<ExprPtr> with_values;
 };
 
+// Variable names, interned at parse time: scopes compare them by pointer.
+class Symbols {
+ public:
+  const std::string* Intern(std::string_view name) {
+    auto it = index_.find(absl::string_view(name.data(), name.size()));
+    if (it != index_.end()) return it->second;
+    names_.emplace_back(name);
+    index_.emplace(names_.back(), &names_.back());
+    return &names_.back();
+  }
+  // nullptr: the template never names it.
+  const std::string* Find(std::string_view name) const {
+    auto it = index_.find(absl::string_view(name.data(), name.size()));
+    return it == index_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::deque<std::string> names_;
+  absl::flat_hash_map<std::string, const std::string*> index_;
+};
+
 struct TemplateAst {
+  std::vector<std::unique_ptr<Object>> immortals;  // the constants' objects (destroyed after body)
+  Symbols symbols;
+  const std::string* loop_sym = nullptr;
+  const std::string* varargs_sym = nullptr;
+  const std::string* kwargs_sym = nullptr;
   Body body;
 };
 

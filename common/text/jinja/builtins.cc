@@ -858,18 +858,19 @@ void MergeMapping(const Value& src, Dict* d, const char* fn) {
 }
 
 Value GNamespace(Interpreter& in, CallArgs& a) {
-  auto ns = std::make_shared<Namespace>();
-  in.Track(ns);
+  auto* ns = new Namespace();
+  const Value v = Value::MakeNamespace(ns);
+  in.Track(v);
   if (a.pos.size() > 1) Throw("TypeError", "namespace expected at most 1 positional argument");
   if (!a.pos.empty()) MergeMapping(a.pos[0], &ns->attrs, "namespace");
   for (const auto& [k, v] : ns->attrs.items()) {
     if (k.is_string()) CheckNsName(k.str().str());
   }
-  for (const auto& [k, v] : a.kw) {
+  for (const auto& [k, x] : a.kw) {
     CheckNsName(k);
-    ns->attrs.Set(Value::Str(k), v);
+    ns->attrs.Set(Value::Str(k), x);
   }
-  return Value::MakeNamespace(std::move(ns));
+  return v;
 }
 
 Value GDict(Interpreter&, CallArgs& a) {
@@ -894,7 +895,7 @@ Value GJoiner(Interpreter&, CallArgs& a) {
   const Value* s = Arg(a, 0, "sep");
   const TString sep = s ? StrOf(*s) : TString(", ");
   auto used = std::make_shared<bool>(false);
-  return Value::MakeCallable(std::make_shared<NativeCallable>("joiner", [sep, used](Interpreter&, CallArgs&) {
+  return Value::MakeCallable(new NativeCallable("joiner", [sep, used](Interpreter&, CallArgs&) {
     if (!*used) {
       *used = true;
       return Value::Str("");
@@ -915,19 +916,63 @@ const TestFn* FindTest(std::string_view name) {
   return it == Tests().end() ? nullptr : &it->second;
 }
 
+namespace {
+
+// Short fixed lists: a scan is cheaper than hashing on every `message.content`.
+template <size_t N>
+struct Names {
+  std::string_view names[N];
+  bool contains(std::string_view n) const {
+    for (std::string_view x : names) {
+      if (x == n) return true;
+    }
+    return false;
+  }
+};
+constexpr Names<5> kDictMethods{{"get", "items", "keys", "values", "copy"}};
+constexpr Names<5> kDictUnsafe{{"clear", "pop", "popitem", "setdefault", "update"}};
+constexpr Names<3> kListMethods{{"index", "count", "copy"}};
+constexpr Names<8> kListUnsafe{{"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"}};
+
+}  // namespace
+
+bool CallMethod(Interpreter& in, const Value& obj, std::string_view name, CallArgs& args, Value* out) {
+  const std::string m(name);
+  switch (obj.kind()) {
+    case Kind::kString:
+      if (!StrMethods().contains(name)) return false;
+      *out = StrMethod(in, obj, m, args);
+      return true;
+    case Kind::kDict:
+      if (kDictUnsafe.contains(name)) Unsafe(obj, name).Fail();
+      if (!kDictMethods.contains(name)) return false;
+      *out = DictMethod(obj, m, args);
+      return true;
+    case Kind::kList:
+    case Kind::kTuple:
+      if (obj.kind() == Kind::kList && kListUnsafe.contains(name)) Unsafe(obj, name).Fail();
+      if (!kListMethods.contains(name) || (obj.kind() == Kind::kTuple && name == "copy")) return false;
+      *out = SeqMethod(obj, m, args);
+      return true;
+    case Kind::kLoop:
+      if (name != "cycle" && name != "changed") return false;
+      *out = LoopMethod(in, obj, m, args);
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool FindMethod(const Value& obj, std::string_view name, Value* out) {
-  static const absl::flat_hash_set<std::string_view> kDict = {"get", "items", "keys", "values", "copy"};
-  static const absl::flat_hash_set<std::string_view> kDictUnsafe = {"clear", "pop", "popitem", "setdefault", "update"};
-  static const absl::flat_hash_set<std::string_view> kList = {"index", "count", "copy"};
-  static const absl::flat_hash_set<std::string_view> kListUnsafe = {"append", "clear", "extend", "insert",
-                                                                    "pop",    "remove", "reverse", "sort"};
+  const auto& kDict = kDictMethods;
+  const auto& kList = kListMethods;
   const std::string m(name);
   const Value self = obj;
   switch (obj.kind()) {
     case Kind::kString:
       if (!StrMethods().contains(name)) return false;
-      *out = Value::MakeCallable(std::make_shared<NativeCallable>(
-          m, [self, m](Interpreter& in, CallArgs& a) { return StrMethod(in, self, m, a); }));
+      *out = Value::MakeCallable(
+          new NativeCallable(m, [self, m](Interpreter& in, CallArgs& a) { return StrMethod(in, self, m, a); }));
       return true;
     case Kind::kDict:
       if (kDictUnsafe.contains(name)) {
@@ -936,7 +981,7 @@ bool FindMethod(const Value& obj, std::string_view name, Value* out) {
       }
       if (!kDict.contains(name)) return false;
       *out = Value::MakeCallable(
-          std::make_shared<NativeCallable>(m, [self, m](Interpreter&, CallArgs& a) { return DictMethod(self, m, a); }));
+          new NativeCallable(m, [self, m](Interpreter&, CallArgs& a) { return DictMethod(self, m, a); }));
       return true;
     case Kind::kList:
     case Kind::kTuple:
@@ -946,11 +991,11 @@ bool FindMethod(const Value& obj, std::string_view name, Value* out) {
       }
       if (!kList.contains(name) || (obj.kind() == Kind::kTuple && name == "copy")) return false;
       *out = Value::MakeCallable(
-          std::make_shared<NativeCallable>(m, [self, m](Interpreter&, CallArgs& a) { return SeqMethod(self, m, a); }));
+          new NativeCallable(m, [self, m](Interpreter&, CallArgs& a) { return SeqMethod(self, m, a); }));
       return true;
     case Kind::kLoop:
       if (name != "cycle" && name != "changed") return false;
-      *out = Value::MakeCallable(std::make_shared<NativeCallable>(
+      *out = Value::MakeCallable(new NativeCallable(
           m, [self, m](Interpreter& in, CallArgs& a) { return LoopMethod(in, self, m, a); }));
       return true;
     default:
@@ -959,13 +1004,19 @@ bool FindMethod(const Value& obj, std::string_view name, Value* out) {
 }
 
 bool FindGlobal(std::string_view name, Value* out) {
+  // Immortal: every render on every thread shares them.
+  auto global = [](const char* n, NativeCallable::Fn fn) {
+    Value v = Value::MakeCallable(new NativeCallable(n, std::move(fn)));
+    v.Immortalize();
+    return v;
+  };
   static const auto* m = new absl::flat_hash_map<std::string_view, Value>{
-      {"range", Value::MakeCallable(std::make_shared<NativeCallable>("range", GRange))},
-      {"namespace", Value::MakeCallable(std::make_shared<NativeCallable>("namespace", GNamespace))},
-      {"dict", Value::MakeCallable(std::make_shared<NativeCallable>("dict", GDict))},
-      {"raise_exception", Value::MakeCallable(std::make_shared<NativeCallable>("raise_exception", GRaise))},
-      {"strftime_now", Value::MakeCallable(std::make_shared<NativeCallable>("strftime_now", GStrftime))},
-      {"joiner", Value::MakeCallable(std::make_shared<NativeCallable>("joiner", GJoiner))},
+      {"range", global("range", GRange)},
+      {"namespace", global("namespace", GNamespace)},
+      {"dict", global("dict", GDict)},
+      {"raise_exception", global("raise_exception", GRaise)},
+      {"strftime_now", global("strftime_now", GStrftime)},
+      {"joiner", global("joiner", GJoiner)},
   };
   auto it = m->find(name);
   if (it == m->end()) return false;

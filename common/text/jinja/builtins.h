@@ -22,6 +22,9 @@ const TestFn* FindTest(std::string_view name);
 // `obj.name` when `name` is a Python method of obj's type: a bound callable, or an undefined
 // value carrying the sandbox's SecurityError for mutators. False when obj has no such method.
 bool FindMethod(const Value& obj, std::string_view name, Value* out);
+// obj.name(args) without building the bound callable (the common case, and the hot one):
+// false when obj has no such method; mutators raise the sandbox's SecurityError.
+bool CallMethod(Interpreter& in, const Value& obj, std::string_view name, CallArgs& args, Value* out);
 
 // The global `name` (range, namespace, dict, raise_exception, strftime_now, joiner, cycler
 // is not provided); false when there is none.

@@ -32,7 +32,7 @@ Value MissingItem(const Value& obj, const Value& key) {
   return Value::Undefined(absl::StrCat(ObjectTypeRepr(obj), " has no element ", Repr(key).str()));
 }
 
-class Macro final : public Callable {
+class Macro final : public Callable {  // holds its scope; Interpreter::ReleaseCycles frees both
  public:
   Macro(const Stmt* def, Interpreter::ScopePtr scope) : Callable(def->name), def_(def), scope_(std::move(scope)) {}
   Value Call(Interpreter& in, CallArgs& args) const override { return in.RunMacro(*def_, scope_, args); }
@@ -116,7 +116,9 @@ Interpreter::Interpreter(const TemplateAst& ast, RenderLimits limits,
 TString Interpreter::Render(const Dict& vars) {
   root_ = std::make_shared<Scope>();
   for (const auto& [k, v] : vars.items()) {
-    if (k.is_string()) root_->vars[k.str().str()] = v;
+    if (!k.is_string()) continue;
+    // A variable the template never names cannot be read: Jinja2 has no dynamic lookup.
+    if (const std::string* sym = ast_.symbols.Find(k.str().view())) root_->Set(sym, v);
   }
   TString out;
   try {
@@ -132,7 +134,7 @@ TString Interpreter::Render(const Dict& vars) {
 
 void Interpreter::ReleaseCycles() {
   for (const ScopePtr& s : macro_scopes_) s->vars.clear();
-  for (const auto& ns : namespaces_) ns->attrs = Dict();
+  for (const Value& ns : namespaces_) ns.ns().attrs = Dict();
   macro_scopes_.clear();
   namespaces_.clear();
   root_.reset();
@@ -181,7 +183,7 @@ Interpreter::Flow Interpreter::ExecStmt(const Stmt& s, const ScopePtr& scope, TS
       return Flow::kNormal;
     }
     case StmtKind::kMacro:
-      scope->vars[s.name] = Value::MakeCallable(std::make_shared<Macro>(&s, scope));
+      scope->Set(s.name_sym, Value::MakeCallable(new Macro(&s, scope)));
       macro_scopes_.push_back(scope);
       return Flow::kNormal;
     case StmtKind::kCallBlock: {
@@ -234,15 +236,22 @@ void Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope, TString* out) {
     Exec(s.else_body, scope, out);
     return;
   }
-  auto state = std::make_shared<LoopState>();
+  auto* state = new LoopState();
   state->items = std::move(items);
   const Value loop = Value::MakeLoop(state);
+  ScopePtr iter_scope;
   for (size_t i = 0; i < state->items.size(); ++i) {
     state->index = i;
-    auto iter_scope = std::make_shared<Scope>();
-    iter_scope->parent = scope;
+    // Each iteration is a fresh scope (Jinja2); the last one is reused when nothing (a macro
+    // defined in it) kept it.
+    if (iter_scope && iter_scope.use_count() == 1) {
+      iter_scope->vars.clear();
+    } else {
+      iter_scope = std::make_shared<Scope>();
+      iter_scope->parent = scope;
+    }
     Assign(s.target, state->items[i], iter_scope);
-    iter_scope->vars["loop"] = loop;
+    iter_scope->Set(ast_.loop_sym, loop);
     const Flow f = Exec(s.body, iter_scope, out);
     if (f == Flow::kBreak) break;
   }
@@ -250,7 +259,7 @@ void Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope, TString* out) {
 
 void Interpreter::Assign(const Target& t, const Value& v, const ScopePtr& scope) {
   if (!t.attr.empty()) {
-    const Value ns = Lookup(t.names[0], scope);
+    const Value ns = Lookup(t.syms[0], scope);
     if (ns.kind() != Kind::kNamespace) Throw("TemplateRuntimeError", "cannot assign attribute on non-namespace object");
     if (!t.attr.empty() && t.attr[0] == '_') {
       Throw("SecurityError", absl::StrCat("Chat templates cannot store underscore-prefixed attributes on a namespace, "
@@ -260,7 +269,7 @@ void Interpreter::Assign(const Target& t, const Value& v, const ScopePtr& scope)
     return;
   }
   if (!t.tuple) {
-    scope->vars[t.names[0]] = v;
+    scope->Set(t.syms[0], v);
     return;
   }
   const List items = Iterate(v.Defined());
@@ -269,17 +278,16 @@ void Interpreter::Assign(const Target& t, const Value& v, const ScopePtr& scope)
                             ? absl::StrCat("not enough values to unpack (expected ", t.names.size(), ", got ", items.size(), ")")
                             : absl::StrCat("too many values to unpack (expected ", t.names.size(), ")"));
   }
-  for (size_t i = 0; i < items.size(); ++i) scope->vars[t.names[i]] = items[i];
+  for (size_t i = 0; i < items.size(); ++i) scope->Set(t.syms[i], items[i]);
 }
 
-Value Interpreter::Lookup(const std::string& name, const ScopePtr& scope) {
+Value Interpreter::Lookup(const std::string* sym, const ScopePtr& scope) {
   for (Scope* p = scope.get(); p; p = p->parent.get()) {
-    auto it = p->vars.find(name);
-    if (it != p->vars.end()) return it->second;
+    if (Value* v = p->Find(sym)) return *v;
   }
   Value g;
-  if (FindGlobal(name, &g)) return g;
-  return Value::Undefined(absl::StrCat(QuoteName(name), " is undefined"));
+  if (FindGlobal(*sym, &g)) return g;
+  return Value::Undefined(absl::StrCat(QuoteName(*sym), " is undefined"));
 }
 
 Value Interpreter::RunMacro(const Stmt& m, const ScopePtr& defined_in, CallArgs& args) {
@@ -297,7 +305,7 @@ Value Interpreter::RunMacro(const Stmt& m, const ScopePtr& defined_in, CallArgs&
   const size_t first_default = n - m.defaults.size();
   std::vector<bool> bound(n, false);
   for (size_t i = 0; i < args.pos.size() && i < n; ++i) {
-    scope->vars[m.params[i]] = args.pos[i];
+    scope->Set(m.param_syms[i], args.pos[i]);
     bound[i] = true;
   }
   List extra_pos;
@@ -313,7 +321,7 @@ Value Interpreter::RunMacro(const Stmt& m, const ScopePtr& defined_in, CallArgs&
       continue;
     }
     if (bound[idx]) Throw("TypeError", absl::StrCat("macro '", m.name, "' got multiple values for argument '", k, "'"));
-    scope->vars[k] = v;
+    scope->Set(m.param_syms[idx], v);
     bound[idx] = true;
   }
   if (!extra_pos.empty() && !m.uses_varargs) {
@@ -325,13 +333,13 @@ Value Interpreter::RunMacro(const Stmt& m, const ScopePtr& defined_in, CallArgs&
   for (size_t i = 0; i < n; ++i) {
     if (bound[i]) continue;
     if (i >= first_default) {
-      scope->vars[m.params[i]] = Eval(*m.defaults[i - first_default], scope);
+      scope->Set(m.param_syms[i], Eval(*m.defaults[i - first_default], scope));
     } else {
-      scope->vars[m.params[i]] = Value::Undefined(absl::StrCat("parameter ", QuoteName(m.params[i]), " was not provided"));
+      scope->Set(m.param_syms[i], Value::Undefined(absl::StrCat("parameter ", QuoteName(m.params[i]), " was not provided")));
     }
   }
-  if (m.uses_varargs) scope->vars["varargs"] = Value::MakeTuple(std::move(extra_pos));
-  if (m.uses_kwargs) scope->vars["kwargs"] = Value::MakeDict(std::move(extra_kw));
+  if (m.uses_varargs) scope->Set(ast_.varargs_sym, Value::MakeTuple(std::move(extra_pos)));
+  if (m.uses_kwargs) scope->Set(ast_.kwargs_sym, Value::MakeDict(std::move(extra_kw)));
   TString out;
   Exec(m.body, scope, &out);
   return Value::Str(std::move(out));
@@ -486,7 +494,7 @@ Value Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
     case ExprKind::kConst:
       return e.value;
     case ExprKind::kName:
-      return Lookup(e.name, scope);
+      return Lookup(e.sym, scope);
     case ExprKind::kGetattr:
       return GetAttr(Eval(*e.a, scope), e.name);
     case ExprKind::kGetitem: {
@@ -497,6 +505,19 @@ Value Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
     case ExprKind::kSlice:
       Throw("TemplateSyntaxError", "a slice outside []");
     case ExprKind::kCall: {
+      if (e.a->kind == ExprKind::kGetattr) {  // obj.method(...): no bound callable is built
+        const Value obj = Eval(*e.a->a, scope);
+        if (obj.is_undefined()) obj.Fail();
+        CallArgs args;
+        EvalArgs(e, scope, &args);
+        line_ = e.line;
+        Value r;
+        if (CallMethod(*this, obj, e.a->name, args, &r)) return r;
+        const Value fn = GetAttr(obj, e.a->name);
+        r = Call(fn, args);
+        line_ = e.line;
+        return r;
+      }
       const Value fn = Eval(*e.a, scope);
       CallArgs args;
       EvalArgs(e, scope, &args);

@@ -42,16 +42,31 @@ class Interpreter {
   bool ApplyTest(std::string_view name, const Value& input, CallArgs& args);
   std::string Strftime(const std::string& fmt) const { return strftime_(fmt); }
 
+  // Variables of one scope, by interned name (ast.h Symbols): a handful each, so a short
+  // vector compared by pointer beats hashing.
   struct Scope {
-    absl::flat_hash_map<std::string, Value> vars;
+    std::vector<std::pair<const std::string*, Value>> vars;
     std::shared_ptr<Scope> parent;
+    Value* Find(const std::string* sym) {
+      for (auto& kv : vars) {
+        if (kv.first == sym) return &kv.second;
+      }
+      return nullptr;
+    }
+    void Set(const std::string* sym, Value v) {
+      if (Value* p = Find(sym)) {
+        *p = std::move(v);
+      } else {
+        vars.emplace_back(sym, std::move(v));
+      }
+    }
   };
   using ScopePtr = std::shared_ptr<Scope>;
 
   // Runs a macro: binds `args` in a scope under `defined_in` and returns its output.
   Value RunMacro(const Stmt& macro, const ScopePtr& defined_in, CallArgs& args);
   // Namespaces made during this render; emptied when it ends (a namespace can hold itself).
-  void Track(std::shared_ptr<Namespace> ns) { namespaces_.push_back(std::move(ns)); }
+  void Track(const Value& ns) { namespaces_.push_back(ns); }
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -62,7 +77,7 @@ class Interpreter {
   Value Eval(const Expr& e, const ScopePtr& scope);
   Value EvalFilter(const Expr& e, const ScopePtr& scope, const Value* input);
   void EvalArgs(const Expr& e, const ScopePtr& scope, CallArgs* args);
-  Value Lookup(const std::string& name, const ScopePtr& scope);
+  Value Lookup(const std::string* sym, const ScopePtr& scope);
   void Assign(const Target& t, const Value& v, const ScopePtr& scope);
   Value Binary(const std::string& op, const Value& a, const Value& b);
   Value Slice(const Value& obj, const Expr& slice, const ScopePtr& scope);
@@ -82,7 +97,7 @@ class Interpreter {
   ScopePtr root_;
   // Scopes holding macros (a macro holds its scope: a cycle) and namespaces, emptied at the end.
   std::vector<ScopePtr> macro_scopes_;
-  std::vector<std::shared_ptr<Namespace>> namespaces_;
+  std::vector<Value> namespaces_;
   int line_ = 0;
   uint64_t steps_ = 0;
   int call_depth_ = 0;

@@ -354,14 +354,16 @@ constexpr int kMaxNesting = 200;
 
 class Parser {
  public:
-  explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
+  Parser(std::vector<Token> toks, TemplateAst* ast) : t_(std::move(toks)), ast_(ast) {}
 
-  TemplateAst Run() {
-    TemplateAst ast;
+  void Run() {
+    ast_->loop_sym = ast_->symbols.Intern("loop");
+    ast_->varargs_sym = ast_->symbols.Intern("varargs");
+    ast_->kwargs_sym = ast_->symbols.Intern("kwargs");
     std::string end;
-    ast.body = ParseBody({}, &end);
+    ast_->body = ParseBody({}, &end);
     if (!end.empty()) SyntaxError(Cur().line, absl::StrCat("Encountered unknown tag '", end, "'."));
-    return ast;
+    ImmortalizeConstants(ast_->body);
   }
 
  private:
@@ -420,6 +422,35 @@ class Parser {
     ~DepthGuard() { --p->depth_; }
     Parser* p;
   };
+
+  const std::string* Intern(std::string_view name) { return ast_->symbols.Intern(name); }
+
+  // Constants become immortal, owned by the tree: renders on many threads share them without
+  // touching their reference counts.
+  void ImmortalizeConstants(const Expr* e) {
+    if (!e) return;
+    if (e->kind == ExprKind::kConst) {
+      if (Object* o = const_cast<Expr*>(e)->value.Immortalize()) ast_->immortals.emplace_back(o);
+    }
+    for (const Expr* x : {e->a.get(), e->b.get(), e->c.get(), e->dyn_args.get(), e->dyn_kwargs.get()}) {
+      ImmortalizeConstants(x);
+    }
+    for (const auto& x : e->args) ImmortalizeConstants(x.get());
+    for (const auto& x : e->keys) ImmortalizeConstants(x.get());
+    for (const auto& kv : e->kwargs) ImmortalizeConstants(kv.second.get());
+  }
+  void ImmortalizeConstants(const Body& body) {
+    for (const auto& s : body) {
+      ImmortalizeConstants(s->expr.get());
+      ImmortalizeConstants(s->filter.get());
+      for (const auto& t : s->tests) ImmortalizeConstants(t.get());
+      for (const auto& b : s->bodies) ImmortalizeConstants(b);
+      ImmortalizeConstants(s->body);
+      ImmortalizeConstants(s->else_body);
+      for (const auto& d : s->defaults) ImmortalizeConstants(d.get());
+      for (const auto& v : s->with_values) ImmortalizeConstants(v.get());
+    }
+  }
 
   ExprPtr Node(ExprKind k, int line) {
     auto e = std::make_unique<Expr>();
@@ -557,11 +588,13 @@ class Parser {
     if (name == "macro") {
       s->kind = StmtKind::kMacro;
       s->name = ExpectName();
+      s->name_sym = Intern(s->name);
       ExpectOp("(");
       while (!IsOp(")")) {
         if (!s->params.empty()) ExpectOp(",");
         if (IsOp(")")) break;
         s->params.push_back(ExpectName());
+        s->param_syms.push_back(Intern(s->params.back()));
         if (SkipOp("=")) {
           s->defaults.push_back(ParseExpression(true));
         } else if (!s->defaults.empty()) {
@@ -623,6 +656,7 @@ class Parser {
     Target t;
     if (with_namespace && Cur().type == Tok::kName && Look().type == Tok::kOp && Look().value == ".") {
       t.names.push_back(ExpectName());
+      t.syms.push_back(Intern(t.names.back()));
       Next();
       t.attr = ExpectName();
       return t;
@@ -631,6 +665,7 @@ class Parser {
     while (true) {
       if (Cur().type != Tok::kName) SyntaxError(Cur().line, absl::StrCat("can't assign to '", Describe(Cur()), "'"));
       t.names.push_back(ExpectName());
+      t.syms.push_back(Intern(t.names.back()));
       if (!SkipOp(",")) break;
       t.tuple = true;
       if (paren ? IsOp(")") : (IsName(stop) || IsOp(stop))) break;
@@ -853,6 +888,7 @@ class Parser {
       } else {
         e->kind = ExprKind::kName;
         e->name = t.value;
+        e->sym = Intern(e->name);
       }
       Next();
       return e;
@@ -1126,16 +1162,19 @@ class Parser {
 
  private:
   std::vector<Token> t_;
+  TemplateAst* ast_;
   size_t i_ = 0;
   int depth_ = 0;
 };
 
 }  // namespace
 
-TemplateAst Parse(std::string_view source) {
+std::unique_ptr<TemplateAst> Parse(std::string_view source) {
   Lexer lexer(source);
-  Parser parser(lexer.Run());
-  return parser.Run();
+  auto ast = std::make_unique<TemplateAst>();
+  Parser parser(lexer.Run(), ast.get());
+  parser.Run();
+  return ast;
 }
 
 namespace {

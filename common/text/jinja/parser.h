@@ -9,6 +9,7 @@
 // Thread safety: pure function.
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -18,7 +19,7 @@
 
 namespace moe::text::jinja {
 
-TemplateAst Parse(std::string_view source);
+std::unique_ptr<TemplateAst> Parse(std::string_view source);
 
 // Every name the template reads (a superset of its free variables): lets callers refuse
 // template kwargs the template never looks at.

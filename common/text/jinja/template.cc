@@ -36,7 +36,7 @@ absl::StatusOr<Template> Template::Parse(std::string_view source, std::string or
   Template t;
   t.origin_ = std::move(origin);
   try {
-    auto ast = std::make_shared<TemplateAst>(jinja::Parse(source));
+    std::shared_ptr<const TemplateAst> ast = jinja::Parse(source);
     t.names_ = ReferencedNames(*ast);
     t.literals_ = Literals(*ast);
     t.ast_ = std::move(ast);

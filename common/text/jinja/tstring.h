@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 namespace moe::text::jinja {
 
 struct TaintSpan {
@@ -35,7 +37,9 @@ class TString {
   std::string_view view() const { return s_; }
   size_t size() const { return s_.size(); }
   bool empty() const { return s_.empty(); }
-  const std::vector<TaintSpan>& taint() const { return taint_; }
+  // One span inline: a client string is one span, and renders make many of them.
+  using Spans = absl::InlinedVector<TaintSpan, 1>;
+  const Spans& taint() const { return taint_; }
   bool any_taint() const { return !taint_.empty(); }
 
   void Append(const TString& o);
@@ -53,7 +57,7 @@ class TString {
  private:
   void AddSpan(uint32_t b, uint32_t e);
   std::string s_;
-  std::vector<TaintSpan> taint_;
+  Spans taint_;
 };
 
 // ---- UTF-8 code points (Python str indexes by code point) -------------------------------

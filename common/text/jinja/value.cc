@@ -328,11 +328,17 @@ void Throw(std::string kind, std::string message) { throw TemplateError{std::mov
 
 Value Value::Undefined(std::string message, std::string exception) {
   Value v(Kind::kUndefined);
-  auto o = std::make_shared<UndefinedObj>();
+  auto* o = new UndefinedObj();
   o->info.message = std::move(message);
   o->info.exception = std::move(exception);
-  v.obj_ = std::move(o);
+  v.obj_ = ObjRef(o);
   return v;
+}
+
+Object* Value::Immortalize() {
+  Object* o = obj_.get();
+  if (o) o->immortal = true;
+  return o;
 }
 
 Value Value::Bool(bool b) {
@@ -355,25 +361,27 @@ Value Value::Float(double f) {
 
 Value Value::Str(TString s) {
   Value v(Kind::kString);
-  auto o = std::make_shared<StringObj>();
+  auto* o = new StringObj();
   o->s = std::move(s);
-  v.obj_ = std::move(o);
+  v.obj_ = ObjRef(o);
   return v;
 }
 
 int Value::depth() const {
-  if (kind_ == Kind::kList || kind_ == Kind::kTuple) return static_cast<const ListObj&>(*obj_).depth;
-  if (kind_ == Kind::kDict) return static_cast<const DictObj&>(*obj_).depth;
+  if (kind_ == Kind::kList || kind_ == Kind::kTuple) return static_cast<const ListObj*>(obj_.get())->depth;
+  if (kind_ == Kind::kDict) return static_cast<const DictObj*>(obj_.get())->depth;
   return 0;
 }
 
 Value Value::MakeList(List items) {
   Value v(Kind::kList);
-  auto o = std::make_shared<ListObj>();
-  for (const Value& e : items) o->depth = std::max(o->depth, e.depth() + 1);
-  CheckDepth(o->depth);
+  int depth = 1;
+  for (const Value& e : items) depth = std::max(depth, e.depth() + 1);
+  CheckDepth(depth);
+  auto* o = new ListObj();
+  o->depth = depth;
   o->items = std::move(items);
-  v.obj_ = std::move(o);
+  v.obj_ = ObjRef(o);
   return v;
 }
 
@@ -385,29 +393,31 @@ Value Value::MakeTuple(List items) {
 
 Value Value::MakeDict(Dict d) {
   Value v(Kind::kDict);
-  auto o = std::make_shared<DictObj>();
-  for (const auto& [k, e] : d.items()) o->depth = std::max(o->depth, std::max(k.depth(), e.depth()) + 1);
-  CheckDepth(o->depth);
+  int depth = 1;
+  for (const auto& [k, e] : d.items()) depth = std::max(depth, std::max(k.depth(), e.depth()) + 1);
+  CheckDepth(depth);
+  auto* o = new DictObj();
+  o->depth = depth;
   o->d = std::move(d);
-  v.obj_ = std::move(o);
+  v.obj_ = ObjRef(o);
   return v;
 }
 
-Value Value::MakeNamespace(std::shared_ptr<Namespace> ns) {
+Value Value::MakeNamespace(Namespace* ns) {
   Value v(Kind::kNamespace);
-  v.obj_ = std::move(ns);
+  v.obj_ = ObjRef(ns);
   return v;
 }
 
-Value Value::MakeCallable(std::shared_ptr<const Callable> fn) {
+Value Value::MakeCallable(Callable* fn) {
   Value v(Kind::kCallable);
-  v.obj_ = std::move(fn);
+  v.obj_ = ObjRef(fn);
   return v;
 }
 
-Value Value::MakeLoop(std::shared_ptr<LoopState> loop) {
+Value Value::MakeLoop(LoopState* loop) {
   Value v(Kind::kLoop);
-  v.obj_ = std::move(loop);
+  v.obj_ = ObjRef(loop);
   return v;
 }
 
@@ -453,15 +463,15 @@ Value FromJsonAt(const nlohmann::ordered_json& j, bool tainted, int depth) {
 
 Value Value::FromJson(const nlohmann::ordered_json& j, bool tainted) { return FromJsonAt(j, tainted, 0); }
 
-const TString& Value::str() const { return static_cast<const StringObj&>(*obj_).s; }
-const List& Value::list() const { return static_cast<const ListObj&>(*obj_).items; }
-const Dict& Value::dict() const { return static_cast<const DictObj&>(*obj_).d; }
-Namespace& Value::ns() const { return const_cast<Namespace&>(static_cast<const Namespace&>(*obj_)); }
-const Callable& Value::callable() const { return static_cast<const Callable&>(*obj_); }
-LoopState& Value::loop() const { return const_cast<LoopState&>(static_cast<const LoopState&>(*obj_)); }
+const TString& Value::str() const { return static_cast<const StringObj*>(obj_.get())->s; }
+const List& Value::list() const { return static_cast<const ListObj*>(obj_.get())->items; }
+const Dict& Value::dict() const { return static_cast<const DictObj*>(obj_.get())->d; }
+Namespace& Value::ns() const { return *static_cast<Namespace*>(obj_.get()); }
+const Callable& Value::callable() const { return *static_cast<const Callable*>(obj_.get()); }
+LoopState& Value::loop() const { return *static_cast<LoopState*>(obj_.get()); }
 const UndefinedInfo& Value::undefined() const {
   static const UndefinedInfo kPlain{"value is undefined", "UndefinedError"};
-  return obj_ ? static_cast<const UndefinedObj&>(*obj_).info : kPlain;
+  return obj_ ? static_cast<const UndefinedObj*>(obj_.get())->info : kPlain;
 }
 
 void Value::Fail() const {
@@ -493,6 +503,12 @@ bool Value::Truthy() const {
 }
 
 const Value* Dict::FindStr(std::string_view key) const {
+  if (items_.size() < kIndexAt) {
+    for (const auto& kv : items_) {
+      if (kv.first.is_string() && kv.first.str().view() == key) return &kv.second;
+    }
+    return nullptr;
+  }
   auto it = str_index_.find(absl::string_view(key.data(), key.size()));
   return it == str_index_.end() ? nullptr : &items_[it->second].second;
 }
@@ -507,6 +523,21 @@ const Value* Dict::Find(const Value& key) const {
 
 void Dict::Set(Value key, Value v) {
   if (key.is_string()) {
+    if (items_.size() < kIndexAt) {
+      for (auto& kv : items_) {
+        if (kv.first.is_string() && kv.first.str().view() == key.str().view()) {
+          kv.second = std::move(v);
+          return;
+        }
+      }
+      items_.emplace_back(std::move(key), std::move(v));
+      if (items_.size() == kIndexAt) {
+        for (size_t i = 0; i < items_.size(); ++i) {
+          if (items_[i].first.is_string()) str_index_.try_emplace(items_[i].first.str().str(), i);
+        }
+      }
+      return;
+    }
     auto [it, fresh] = str_index_.try_emplace(key.str().str(), items_.size());
     if (!fresh) {
       items_[it->second].second = std::move(v);

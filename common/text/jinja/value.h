@@ -57,6 +57,40 @@ struct UndefinedInfo {
 
 struct Object {
   virtual ~Object() = default;
+  uint32_t refs = 0;
+  bool immortal = false;
+};
+
+// Intrusive and not atomic: an object lives inside one render, on one thread. Immortal ones
+// (a template's constants, the globals) are shared read-only by every render and never
+// counted, so renders on many threads do not contend on their reference counts.
+class ObjRef {
+ public:
+  ObjRef() = default;
+  explicit ObjRef(Object* p) : p_(p) { Inc(); }
+  ObjRef(const ObjRef& o) : p_(o.p_) { Inc(); }
+  ObjRef(ObjRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  ObjRef& operator=(const ObjRef& o) {
+    ObjRef copy(o);
+    std::swap(p_, copy.p_);
+    return *this;
+  }
+  ObjRef& operator=(ObjRef&& o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~ObjRef() { Dec(); }
+  Object* get() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  void Inc() {
+    if (p_ && !p_->immortal) ++p_->refs;
+  }
+  void Dec() {
+    if (p_ && !p_->immortal && --p_->refs == 0) delete p_;
+  }
+  Object* p_ = nullptr;
 };
 
 class Value {
@@ -72,9 +106,10 @@ class Value {
   static Value MakeList(List items);
   static Value MakeTuple(List items);
   static Value MakeDict(Dict d);
-  static Value MakeNamespace(std::shared_ptr<Namespace> ns);
-  static Value MakeCallable(std::shared_ptr<const Callable> fn);
-  static Value MakeLoop(std::shared_ptr<LoopState> loop);
+  // These take ownership of a new object.
+  static Value MakeNamespace(Namespace* ns);
+  static Value MakeCallable(Callable* fn);
+  static Value MakeLoop(LoopState* loop);
   // JSON from the client or the model's files. `tainted`: every string (keys included) is
   // client data. Integers keep their exact value; floats are doubles, as json.loads makes.
   static Value FromJson(const nlohmann::ordered_json& j, bool tainted);
@@ -108,17 +143,23 @@ class Value {
     if (kind_ == Kind::kUndefined) Fail();
     return *this;
   }
+  // Makes the object shared read-only by all renders (never counted, never freed by values)
+  // and hands its ownership to the caller; nullptr for kinds without one.
+  Object* Immortalize();
 
  private:
   explicit Value(Kind k) : kind_(k) {}
   Kind kind_;
-  bool b_ = false;
-  Int i_ = 0;
-  double f_ = 0;
-  std::shared_ptr<const Object> obj_;
+  union {
+    bool b_;
+    Int i_ = 0;
+    double f_;
+  };
+  ObjRef obj_;
 };
 
-// Insertion-ordered mapping with Python's key equality (1 == 1.0 == True).
+// Insertion-ordered mapping with Python's key equality (1 == 1.0 == True). Small dicts (the
+// usual message or tool call) are scanned; a hash index is built past kIndexAt entries.
 class Dict {
  public:
   const Value* Find(const Value& key) const;
@@ -129,8 +170,9 @@ class Dict {
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
 
  private:
+  static constexpr size_t kIndexAt = 12;
   std::vector<std::pair<Value, Value>> items_;
-  absl::flat_hash_map<std::string, size_t> str_index_;
+  absl::flat_hash_map<std::string, size_t> str_index_;  // only once items_.size() >= kIndexAt
 };
 
 struct Namespace : Object {
