@@ -116,10 +116,14 @@ absl::StatusOr<EncodedChat> ModelText::EncodeChat(const ChatInputs& in, const ji
 
 absl::StatusOr<ChatInputs> ParseChatInputsJson(std::string_view text, bool default_generation_prompt) {
   MOE_ASSIGN_OR_RETURN(ojson j, ParseOrderedJson(text));
+  return ChatInputsFromJson(j, default_generation_prompt);
+}
+
+absl::StatusOr<ChatInputs> ChatInputsFromJson(const ojson& j, bool default_generation_prompt) {
   ChatInputs in;
   in.add_generation_prompt = default_generation_prompt;
   if (j.is_array()) {
-    in.messages = std::move(j);
+    in.messages = j;
     return in;
   }
   if (!j.is_object() || !j.contains("messages")) {

@@ -62,5 +62,6 @@ absl::StatusOr<ModelText> LoadModelText(const std::string& model_dir, const Mode
 // other top-level key is a template variable (kwargs, special tokens such as bos_token). A
 // bare array is the messages. `default_generation_prompt` applies when the key is absent.
 absl::StatusOr<ChatInputs> ParseChatInputsJson(std::string_view json_text, bool default_generation_prompt);
+absl::StatusOr<ChatInputs> ChatInputsFromJson(const nlohmann::ordered_json& j, bool default_generation_prompt);
 
 }  // namespace moe::text

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/text/chat_template.h"
+#include "common/text/model_text.h"
 #include "gtest/gtest.h"
 #include "tests/text/test_util.h"
 
@@ -22,21 +23,9 @@ std::string FixedStrftime(const std::string& iso, const std::string& fmt) {
 }
 
 ChatInputs InputsOf(const ojson& vars) {
-  ChatInputs in;
-  for (auto it = vars.begin(); it != vars.end(); ++it) {
-    if (it.key() == "messages") {
-      in.messages = it.value();
-    } else if (it.key() == "tools") {
-      in.tools = it.value();
-    } else if (it.key() == "documents") {
-      in.documents = it.value();
-    } else if (it.key() == "add_generation_prompt") {
-      in.add_generation_prompt = it.value().get<bool>();
-    } else {
-      in.kwargs[it.key()] = it.value();
-    }
-  }
-  return in;
+  auto in = ChatInputsFromJson(vars, false);
+  EXPECT_TRUE(in.ok()) << in.status();
+  return in.ok() ? *in : ChatInputs{};
 }
 
 std::string FirstDifference(const std::string& want, const std::string& got) {

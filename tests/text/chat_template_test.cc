@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/text/model_text.h"
 #include "gtest/gtest.h"
@@ -210,6 +212,29 @@ TEST(ChatTemplateRender, ProbesWhetherToolArgumentsAreStrings) {
     ASSERT_TRUE(t.ok()) << file << ": " << t.status();
     EXPECT_EQ((*t)->WantsStringArguments(true), want) << file;
   }
+}
+
+// One template, many request threads at once (the gateway's case): the template's constants
+// and the globals are shared read-only, everything else belongs to one render.
+TEST(ChatTemplateRender, ConcurrentRendersAgree) {
+  auto t = ChatTemplate::FromSource(
+      testing::ReadFile(testing::DataDir() + "chat_templates/glm-5.3-flash.jinja"), "glm-5.3", {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatInputs in = User("hello <|user|> there");
+  in.tools = ojson::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
+  const std::string want = (*t)->Render(in)->text;
+  std::vector<std::thread> ws;
+  std::atomic<int> bad{0};
+  for (int k = 0; k < 4; ++k) {
+    ws.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        auto r = (*t)->Render(in);
+        if (!r.ok() || r->text != want) ++bad;
+      }
+    });
+  }
+  for (auto& w : ws) w.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 TEST(ModelTextLoad, LoadsGlmTinyDirectory) {

@@ -26,6 +26,7 @@
 #include "common/base/flags.h"
 #include "common/base/status.h"
 #include "common/text/chat_template.h"
+#include "common/text/model_text.h"
 #include "nlohmann/json.hpp"
 #include "tools/moe/bench_util.h"
 #include "tools/moe/commands.h"
@@ -155,24 +156,6 @@ struct Case {
   text::ChatInputs in;
 };
 
-text::ChatInputs InputsOf(const ojson& vars) {
-  text::ChatInputs in;
-  for (auto it = vars.begin(); it != vars.end(); ++it) {
-    if (it.key() == "messages") {
-      in.messages = it.value();
-    } else if (it.key() == "tools") {
-      in.tools = it.value();
-    } else if (it.key() == "documents") {
-      in.documents = it.value();
-    } else if (it.key() == "add_generation_prompt") {
-      in.add_generation_prompt = it.value().get<bool>();
-    } else {
-      in.kwargs[it.key()] = it.value();
-    }
-  }
-  return in;
-}
-
 std::string FixedStrftime(const std::string& fmt) {
   std::tm tm{};
   strptime("2025-08-05T14:03:09", "%Y-%m-%dT%H:%M:%S", &tm);
@@ -212,7 +195,8 @@ absl::Status Run(int argc, char** argv, FlagSet* flags, bool* help) {
     const text::ChatTemplate::SpecialTokens tokens = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
     MOE_ASSIGN_OR_RETURN(auto t, text::ChatTemplate::FromSource(source, path, tokens));
     for (auto& [cname, vars] : Conversations(t->WantsStringArguments(true))) {
-      Case c{name, cname, t, source, vars, InputsOf(vars)};
+      MOE_ASSIGN_OR_RETURN(text::ChatInputs in, text::ChatInputsFromJson(vars, false));
+      Case c{name, cname, t, source, vars, std::move(in)};
       for (const auto& [k, v] : tokens) c.vars[k] = v;
       cases.push_back(std::move(c));
     }
