@@ -247,16 +247,21 @@ void ChatOutputParser::Drain(OutputDelta* d, bool final) {
       buf_.erase(0, buf_.size() - hold);
       return;
     }
-    // kCall
-    const size_t p = buf_.find(sx.call_close);
+    // kCall: a call is held until its closing tag. Search only what arrived since the last
+    // look (less a tag's length): rescanning the whole held call on every token was quadratic
+    // in its length (found by the output_parser fuzzer).
+    const size_t p = buf_.find(sx.call_close, call_scanned_);
     if (p == std::string::npos) {
+      call_scanned_ = buf_.size() >= sx.call_close.size() ? buf_.size() - sx.call_close.size() + 1 : 0;
       if (final) {
         d->content += std::string(sx.call_open) + buf_;
         buf_.clear();
+        call_scanned_ = 0;
         state_ = State::kContent;
       }
       return;
     }
+    call_scanned_ = 0;
     ToolCall tc;
     const std::string_view body = std::string_view(buf_).substr(0, p);
     if (ParseCall(body, &tc)) {

@@ -78,6 +78,7 @@ class ChatOutputParser {
   State after_call_ = State::kContent;
   bool at_start_ = true;
   std::string buf_;
+  size_t call_scanned_ = 0;  // kCall: buf_ before this offset holds no closing tag
   nlohmann::ordered_json tools_;
 };
 

@@ -96,8 +96,13 @@ class TaggedParser final : public OutputParser {
         buf_.erase(0, end + 8);
         mode_ = kContent;
       } else {
-        size_t end = buf_.find("</tool_call>");
-        if (end == std::string::npos) return d;  // a call is emitted whole
+        // A call is emitted whole; search only what arrived since the last look.
+        size_t end = buf_.find("</tool_call>", call_scanned_);
+        if (end == std::string::npos) {
+          call_scanned_ = buf_.size() >= 12 ? buf_.size() - 11 : 0;
+          return d;
+        }
+        call_scanned_ = 0;
         std::string body = buf_.substr(0, end);
         buf_.erase(0, end + 12);
         mode_ = kContent;
@@ -124,6 +129,7 @@ class TaggedParser final : public OutputParser {
       d.content = buf_;
     }
     buf_.clear();
+    call_scanned_ = 0;
     return d;
   }
 
@@ -144,6 +150,7 @@ class TaggedParser final : public OutputParser {
   enum Mode { kContent, kThink, kCall } mode_ = kContent;
   bool tools_;
   std::string buf_;
+  size_t call_scanned_ = 0;  // kCall: buf_ before this offset holds no "</tool_call>"
   int calls_ = 0;
 };
 

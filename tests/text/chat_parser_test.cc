@@ -4,6 +4,7 @@
 // and streamed in every fixed chunk size and in random cuts -- gives the message back.
 #include "common/text/chat_parser.h"
 
+#include <chrono>
 #include <random>
 
 #include "common/text/chat_template.h"
@@ -211,6 +212,45 @@ TEST(ChatOutputParser, DeeplyNestedArgumentValueStaysAString) {
   // Qwen's body nested too deep is not a call: it stays text.
   m = ChatOutputParser::Parse(ChatFamily::kQwen, "<tool_call>{\"name\": \"f\", \"arguments\": " + deep + "}</tool_call>", false);
   EXPECT_TRUE(m.tool_calls.empty());
+}
+
+// A long tool call streamed a character at a time (a model's output, token by token) is
+// linear in every family: the closing tag is searched for only in what arrived since the last
+// look. Rescanning the held call on every push was quadratic: 300k characters took minutes
+// (found by the output_parser fuzzer).
+TEST(ChatOutputParser, LongToolCallStreamedByteByByteIsLinear) {
+  std::string value;
+  for (int i = 0; i < 150000; ++i) value += "<x";  // a '<' every other byte: no memchr shortcut
+  struct Case {
+    ChatFamily family;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {ChatFamily::kGlm, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>" + value + "</arg_value></tool_call>"},
+      {ChatFamily::kQwen, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" + value + "\"}}\n</tool_call>"},
+  };
+  for (const Case& c : cases) {
+    ChatOutputParser p(c.family, /*start_in_reasoning=*/false, kTools);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<ToolCall> calls;
+    for (char ch : c.text) {
+      for (auto& t : p.Push(std::string_view(&ch, 1)).tool_calls) calls.push_back(std::move(t));
+    }
+    for (auto& t : p.Finish().tool_calls) calls.push_back(std::move(t));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(calls.size(), 1u) << ChatFamilyName(c.family);
+    EXPECT_EQ(calls[0].arguments["city"], value) << ChatFamilyName(c.family);
+    EXPECT_LT(secs, 5.0) << ChatFamilyName(c.family);  // linear: tens of milliseconds; quadratic: minutes
+  }
+  // A closing tag split across pushes is still found.
+  ChatOutputParser q(ChatFamily::kGlm, false, kTools);
+  std::vector<ToolCall> got;
+  for (std::string_view piece :
+       {"<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value></tool_", "ca", "ll>"}) {
+    for (auto& t : q.Push(piece).tool_calls) got.push_back(std::move(t));
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].arguments["city"], "P");
 }
 
 }  // namespace
