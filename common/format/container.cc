@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/json.h"
 #include "common/base/status.h"
 #include "common/format/crc32c.h"
 #include "common/format/quantize.h"
@@ -166,6 +167,40 @@ absl::Status VerifyShardData(const SafetensorsReader& reader, int file,
   return absl::OkStatus();
 }
 
+absl::StatusOr<ContainerInfo> ParseContainerManifest(std::string_view text, const std::string& path) {
+  auto parsed = ParseJson(text);  // depth-bounded: the file may be anything
+  if (!parsed.ok()) return Loss(path, absl::StrCat("not a moestream manifest: ", parsed.status().message()));
+  const json& m = *parsed;
+  ContainerInfo info;
+  try {
+    if (!m.is_object() || m.value("magic", "") != kContainerMagic) {
+      return Loss(path, "not a moestream manifest (magic)");
+    }
+    info.version = m.at("version").get<int>();
+    if (info.version != kContainerVersion) {
+      return Loss(path, absl::StrCat("unsupported container version ", info.version));
+    }
+    const json& model = m.at("model");
+    info.model_type = model.at("model_type").get<std::string>();
+    info.num_hidden_layers = model.at("num_hidden_layers").get<int>();
+    info.n_routed_experts = model.value("n_routed_experts", 0);
+    if (info.num_hidden_layers < 0 || info.n_routed_experts < 0) {
+      return Loss(path, "negative num_hidden_layers or n_routed_experts");
+    }
+    info.policy = m.value("policy", "");
+    for (const auto& s : m.at("shards")) {
+      std::string file = s.at("file").get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+        return Loss(path, absl::StrCat("shard file name '", file, "' is not a plain file name"));
+      }
+      info.shards.push_back(std::move(file));
+    }
+  } catch (const json::exception& e) {
+    return Loss(path, absl::StrCat("malformed manifest: ", e.what()));
+  }
+  return info;
+}
+
 absl::StatusOr<std::unique_ptr<Container>> Container::Open(const std::string& dir) {
   const std::string mpath = dir + "/" + std::string(kManifestFileName);
   std::ifstream in(mpath);
@@ -175,25 +210,8 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const std::string& di
         " (not a moestream container, or `moe convert` has not finished)"));
   }
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  json m = json::parse(text, nullptr, false);
   std::unique_ptr<Container> c(new Container);
-  try {
-    if (!m.is_object() || m.value("magic", "") != kContainerMagic) {
-      return Loss(mpath, "not a moestream manifest (magic)");
-    }
-    c->info_.version = m.at("version").get<int>();
-    if (c->info_.version != kContainerVersion) {
-      return Loss(mpath, absl::StrCat("unsupported container version ", c->info_.version));
-    }
-    const json& model = m.at("model");
-    c->info_.model_type = model.at("model_type").get<std::string>();
-    c->info_.num_hidden_layers = model.at("num_hidden_layers").get<int>();
-    c->info_.n_routed_experts = model.value("n_routed_experts", 0);
-    c->info_.policy = m.value("policy", "");
-    for (const auto& s : m.at("shards")) c->info_.shards.push_back(s.at("file").get<std::string>());
-  } catch (const json::exception& e) {
-    return Loss(mpath, absl::StrCat("malformed manifest: ", e.what()));
-  }
+  MOE_ASSIGN_OR_RETURN(c->info_, ParseContainerManifest(text, mpath));
   OpenOptions opt;
   opt.check_fp8_scales = false;
   MOE_ASSIGN_OR_RETURN(c->reader_, SafetensorsReader::Open(dir, opt));

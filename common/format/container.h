@@ -82,6 +82,9 @@ struct ContainerInfo {
   std::vector<std::string> shards;  // file names, in order
 };
 
+// Parses and validates moestream.json (`path` labels errors): DataLoss naming what is wrong.
+absl::StatusOr<ContainerInfo> ParseContainerManifest(std::string_view text, const std::string& path);
+
 class Container {
  public:
   static absl::StatusOr<std::unique_ptr<Container>> Open(const std::string& dir);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/json.h"
 #include "common/base/status.h"
 #include "nlohmann/json.hpp"
 
@@ -18,33 +19,6 @@ absl::Status Corrupt(std::string_view path, std::string_view what) {
 
 absl::Status CorruptTensor(std::string_view path, std::string_view tensor, std::string_view what) {
   return absl::DataLossError(absl::StrCat(AV(path), ": tensor '", AV(tensor), "': ", AV(what)));
-}
-
-// The schema nests at most 3 deep (root { tensor { shape [ ] } }). Reject
-// deeper documents before handing them to the JSON parser, so a hostile
-// header of a million '[' cannot exhaust the stack anywhere.
-bool NestingWithin(std::string_view s, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > max_depth) return false;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return true;
 }
 
 // A JSON value that must be a non-negative integer fitting in u64.
@@ -156,7 +130,7 @@ absl::StatusOr<ParsedHeader> ParseSafetensorsHeader(std::string_view text, uint6
   }
   h.data_bytes = file_size - h.data_offset;
   if (text.empty() || text[0] != '{') return Corrupt(path, "header does not start with '{'");
-  if (!NestingWithin(text, 3)) return Corrupt(path, "header JSON nests deeper than the safetensors schema");
+  if (JsonNestingDepth(text, 3) > 3) return Corrupt(path, "header JSON nests deeper than the safetensors schema");
 
   json doc;
   try {
