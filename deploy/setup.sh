@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every dependency (Debian packages, PyPI packages) and builds
 # moestream into build/ (Release). Idempotent; safe to re-run.
-#   deploy/setup.sh [--sanitize]   (--sanitize builds build-asan/ with ASan+UBSan)
+#   deploy/setup.sh [--sanitize | --fuzz]
+#     --sanitize builds build-asan/ with ASan+UBSan (the unit tests);
+#     --fuzz builds build-fuzz/ with clang-14: the libFuzzer targets (docs/FUZZING.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -14,6 +16,7 @@ APT_PACKAGES=(
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev prometheus-cpp-dev libboost1.74-dev curl
+  clang-14 libclang-rt-14-dev libomp-14-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -38,11 +41,18 @@ EXTRA=()
 if [ "${1:-}" = "--sanitize" ]; then
   BUILD_DIR=build-asan
   EXTRA=(-DMOE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_BUILD_BENCH=OFF)
+elif [ "${1:-}" = "--fuzz" ]; then
+  BUILD_DIR=build-fuzz
+  # Build type "Fuzz": no flags of its own; CMakeLists.txt sets -O1 -gline-tables-only.
+  EXTRA=(-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DMOE_FUZZ=ON -DCMAKE_BUILD_TYPE=Fuzz
+         -DMOE_BUILD_BENCH=OFF)
 fi
 JOBS=${JOBS:-$(nproc)}
 cmake -S "$ROOT" -B "$ROOT/$BUILD_DIR" -G Ninja -DPython3_EXECUTABLE="$(command -v $PY)" "${EXTRA[@]}" >/dev/null
 if [ "${1:-}" = "--sanitize" ]; then
   cmake --build "$ROOT/$BUILD_DIR" --target unit_tests -j "$JOBS"
+elif [ "${1:-}" = "--fuzz" ]; then
+  cmake --build "$ROOT/$BUILD_DIR" --target fuzzers -j "$JOBS"
 else
   cmake --build "$ROOT/$BUILD_DIR" -j "$JOBS"
 fi
