@@ -41,6 +41,11 @@ grpc::Status ExpertdService::FetchExperts(grpc::ServerContext*, const FetchReque
   if (req->layer() >= store_->table().num_layers())
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat("invalid layer ", req->layer(), ": the model has ",
                                                           store_->table().num_layers(), " layers")));
+  // A layer has num_experts experts: a longer list (a client bug, or a hostile one asking for
+  // millions of leases in one call) is refused whole, before anything is leased.
+  if (static_cast<uint64_t>(req->experts_size()) > store_->table().num_experts())
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(req->experts_size(), " experts in one fetch: a layer has ",
+                                                          store_->table().num_experts())));
   std::vector<int> ids(req->experts().begin(), req->experts().end());
   for (size_t i = 0; i < ids.size(); ++i) {
     if (req->experts(int(i)) > 65535) ids[i] = -1;  // rejected by the store as invalid

@@ -275,6 +275,12 @@ TEST_F(ExpertdIntegration, InvalidIdsAndLayersAreRejected) {
   EXPECT_EQ(bad_layer[0].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(bad_layer[0].status().message()).find("invalid layer 9"), std::string::npos);
   EXPECT_EQ((*c)->Pin(9, 0, true).code(), absl::StatusCode::kInvalidArgument);
+  // More ids in one fetch than the layer has experts: refused whole, by name.
+  auto too_many = (*c)->Acquire(1, std::vector<int>(17, 3));
+  ASSERT_EQ(too_many.size(), 17u);
+  EXPECT_EQ(too_many[0].status().code(), absl::StatusCode::kInvalidArgument) << too_many[0].status();
+  EXPECT_NE(std::string(too_many[0].status().message()).find("17 experts in one fetch"), std::string::npos)
+      << too_many[0].status();
   (*c)->Release(*r[2]);
   EXPECT_EQ(::kill(d->pid, 0), 0);  // still serving
 }
