@@ -18,13 +18,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "serving"))
-from stack import Stack  # noqa: E402
+from stack import Stack, convert_container  # noqa: E402
 
 BUILD = sys.argv.pop(1) if len(sys.argv) > 1 else "build"
 SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else "."
@@ -62,10 +61,7 @@ def post(base, path, body):
 class EngineStack(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="moe-engine-stack-")
-        cls.container = os.path.join(cls.tmp, "model")
-        subprocess.run([os.path.join(BUILD, "tools/moe/moe"), "convert", f"--in={MODEL_SRC}",
-                        f"--out={cls.container}"], check=True, capture_output=True, timeout=120)
+        cls.tmp, cls.container = convert_container(BUILD, MODEL_SRC, "moe-engine-stack-")
 
     def engine_stack(self, **kw):
         return Stack(BUILD, worker_bin=os.path.join(BUILD, "services/inferd/inferd"),

@@ -11,14 +11,12 @@ import concurrent.futures
 import http.client
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "serving"))
-from stack import Stack  # noqa: E402
+from stack import Stack, convert_container  # noqa: E402
 
 BUILD = sys.argv.pop(1) if len(sys.argv) > 1 else "build"
 SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else "."
@@ -62,13 +60,22 @@ def wait_for(pred, timeout, what):
     raise AssertionError(f"{what} did not happen within {timeout} s")
 
 
+def kill_under_load(stack, name, streams):
+    """`streams` long streams, then `name` killed while they run; returns (results, kill time,
+    time the last one ended)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=streams) as ex:
+        futs = [ex.submit(request, stack.port, "/v1/completions", dict(LONG, seed=i), 60) for i in range(streams)]
+        time.sleep(1.0)
+        stack.kill(name)
+        t_kill = time.time()
+        results = [f.result(timeout=60) for f in futs]
+    return results, t_kill, time.time()
+
+
 class Faults(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="moe-fault-")
-        cls.container = os.path.join(cls.tmp, "model")
-        subprocess.run([os.path.join(BUILD, "tools/moe/moe"), "convert", f"--in={MODEL_SRC}",
-                        f"--out={cls.container}"], check=True, capture_output=True, timeout=120)
+        cls.tmp, cls.container = convert_container(BUILD, MODEL_SRC, "moe-fault-")
 
     def stack(self):
         return Stack(BUILD, workers=2, worker_bin=os.path.join(BUILD, "services/inferd/inferd"),
@@ -117,14 +124,9 @@ class Faults(unittest.TestCase):
 
             # Warm, under load: streams running when expertd is killed end within seconds
             # (finished from resident experts, or with an error event then [DONE]).
-            with concurrent.futures.ThreadPoolExecutor(max_workers=4) as ex:
-                futs = [ex.submit(request, port, "/v1/completions", dict(LONG, seed=i), 60) for i in range(4)]
-                time.sleep(1.0)
-                s.kill("expertd")
-                t_kill = time.time()
-                for f in futs:
-                    self.assert_clean_stream_or_error(f.result(timeout=60), 60)
-                ended = time.time()
+            results, t_kill, ended = kill_under_load(s, "expertd", 4)
+            for r in results:
+                self.assert_clean_stream_or_error(r, 60)
             self.assertLess(ended - t_kill, 15, "streams hung after expertd died")
             wait_for(lambda: health(port)[0] == 503, 5, "/health turning 503 (warm)")
             s.restart("expertd")
@@ -143,12 +145,7 @@ class Faults(unittest.TestCase):
             port = s.port
             ref = request(port, "/v1/completions", GREEDY)
             self.assertEqual(ref[0], 200, ref)
-            with concurrent.futures.ThreadPoolExecutor(max_workers=6) as ex:
-                futs = [ex.submit(request, port, "/v1/completions", dict(LONG, seed=i), 60) for i in range(6)]
-                time.sleep(1.0)
-                s.kill("inferd0")
-                t_kill = time.time()
-                results = [f.result(timeout=60) for f in futs]
+            results, t_kill, _ = kill_under_load(s, "inferd0", 6)
             for r in results:
                 self.assert_clean_stream_or_error(r, 60)
             # New requests go to the live worker at once.

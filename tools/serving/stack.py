@@ -18,6 +18,15 @@ import time
 import urllib.request
 
 
+def convert_container(build_dir, model_src, prefix):
+    """`moe convert` of a model directory into a fresh temp dir; returns (tmp, container)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    container = os.path.join(tmp, "model")
+    subprocess.run([os.path.join(build_dir, "tools/moe/moe"), "convert", f"--in={model_src}",
+                    f"--out={container}"], check=True, capture_output=True, timeout=120)
+    return tmp, container
+
+
 class Stack:
     def __init__(self, build_dir, workers=2, worker_bin=None, worker_args=(), gateway_args=(),
                  startup_timeout=30.0, expertd_model=None, expertd_budget="16M"):
