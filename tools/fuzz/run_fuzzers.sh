@@ -40,10 +40,13 @@ run_one() {
   cp "$ROOT/fuzz/corpus/$name"/* "$work/corpus/"
   local dict=()
   [ -f "$ROOT/fuzz/$name.dict" ] && dict=(-dict="$ROOT/fuzz/$name.dict")
+  # fuzz/NAME.options: more libFuzzer flags for that target (e.g. -max_len), one line.
+  local opts=()
+  [ -f "$ROOT/fuzz/$name.options" ] && read -r -a opts <"$ROOT/fuzz/$name.options"
   set +e
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$work/artifacts/" "${dict[@]}" "$work/corpus" >"$work/log" 2>&1
+    -print_final_stats=1 -artifact_prefix="$work/artifacts/" "${dict[@]}" "${opts[@]}" "$work/corpus" >"$work/log" 2>&1
   rc=$?
   set -e
   local execs last cov ft corp result=ok
