@@ -44,8 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] & 1) {
     moe::gateway::CompletionRequest comp;
     if (auto e = moe::gateway::ParseCompletionRequest(body, limits, &comp)) return CheckError(*e), 0;
-    if (!comp.prompt_is_tokens) {
-      if (auto ids = codec->Encode(comp.prompt_text); ids.ok()) CheckIds(*ids);
+    for (const auto& prompt : comp.prompts) {
+      if (prompt.is_tokens) continue;
+      if (auto ids = codec->Encode(prompt.text); ids.ok()) CheckIds(*ids);
     }
     return 0;
   }

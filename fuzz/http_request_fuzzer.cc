@@ -49,8 +49,10 @@ void Route(const moe::gateway::HttpRequest& req) {
     if (auto e = moe::gateway::ParseCompletionRequest(req.body, limits, &comp)) {
       return CheckJson(moe::DumpJson(e->ToJson()));
     }
-    if (comp.prompt_is_tokens) return;
-    if (auto ids = Codec()->Encode(comp.prompt_text); ids.ok()) CheckIds(*ids);
+    for (const auto& prompt : comp.prompts) {
+      if (prompt.is_tokens) continue;
+      if (auto ids = Codec()->Encode(prompt.text); ids.ok()) CheckIds(*ids);
+    }
   }
 }
 
