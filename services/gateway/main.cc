@@ -75,6 +75,8 @@ int Main(int argc, char** argv) {
   double generation_timeout_s = 0, drain_seconds = 10;
   std::vector<std::string> allowed_origins;
   std::string access_log_path = "-";
+  int64_t structured_max_whitespace = StructuredConfig{}.max_whitespace;
+  int64_t structured_max_repeat = StructuredConfig{}.max_repeat;
 
   FlagSet flags("gateway", "OpenAI-compatible HTTP gateway over inferd workers.");
   flags.AddString("listen", &listen, "HOST:PORT or unix:/path (default 127.0.0.1:8000)");
@@ -118,6 +120,10 @@ int Main(int argc, char** argv) {
   flags.AddStringList("allowed-origins", &allowed_origins,
                       "CORS: an origin browsers may call the API from ('*': any; repeatable; none: no CORS)");
   flags.AddString("access-log", &access_log_path, "one JSON line per request: a file, '-' (stderr) or '' (none)");
+  flags.AddInt("structured-max-whitespace", &structured_max_whitespace,
+               "structured outputs: longest run of JSON whitespace the constraint allows");
+  flags.AddInt("structured-max-repeat", &structured_max_repeat,
+               "structured outputs: largest length/count bound a schema may give (larger: 400 naming it)");
   flags.AddInt("client-poll-ms", &client_poll_ms, "how often a waiting request checks that its client is still there");
 
   if (auto code = ParseServiceFlags("gateway", flags, argc, argv)) return *code;
@@ -133,9 +139,11 @@ int Main(int argc, char** argv) {
         "--max-connections >= 1, --max-connections-per-client >= 0"));
   }
   if (max_running < 1 || max_queued < 0 || per_key_limit < 0 || max_n < 1 || probe_ms < 10 || max_json_depth < 2 ||
-      max_json_depth > 1000) {
+      max_json_depth > 1000 || structured_max_whitespace < 0 || structured_max_whitespace > 1000 ||
+      structured_max_repeat < 1) {
     return fail(absl::InvalidArgumentError("--max-running >= 1, --max-queued >= 0, --per-key-limit >= 0, --max-n >= 1, "
-                                           "--probe-ms >= 10, 2 <= --max-json-depth <= 1000"));
+                                           "--probe-ms >= 10, 2 <= --max-json-depth <= 1000, "
+                                           "0 <= --structured-max-whitespace <= 1000, --structured-max-repeat >= 1"));
   }
   std::unique_ptr<TextCodec> codec;
   if (tokenizer == "byte" && (!chat_template.empty() || !chat_template_name.empty())) {
@@ -195,6 +203,8 @@ int Main(int argc, char** argv) {
   sc.max_json_depth = static_cast<int>(max_json_depth);
   sc.sse_keepalive = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, sse_keepalive_s) * 1000));
   sc.generation_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, generation_timeout_s) * 1000));
+  sc.structured.max_whitespace = static_cast<int>(structured_max_whitespace);
+  sc.structured.max_repeat = structured_max_repeat;
   sc.poll = std::chrono::milliseconds(std::max<int64_t>(client_poll_ms, 1));
   OpenAIServing serving(sc, codec.get(), &placer, &admission, &metrics);
   auto access_log = AccessLog::Open(access_log_path);

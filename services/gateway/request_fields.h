@@ -31,7 +31,7 @@ std::optional<ApiError> ParseStructuredOutput(const nlohmann::ordered_json& o, S
 bool HasStructuredOutput(const nlohmann::json& o);
 
 // repetition_penalty, min_tokens, ignore_eos, stop_token_ids, include_stop_str_in_output,
-// skip_special_tokens, spaces_between_special_tokens, logit_bias.
+// skip_special_tokens, logit_bias.
 std::optional<ApiError> ParseSamplingExtras(const nlohmann::json& o, CommonRequest* c);
 
 }  // namespace moe::gateway
