@@ -1,6 +1,7 @@
 #include "common/format/convert.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -294,6 +296,9 @@ absl::StatusOr<Plan> MakePlan(const ConvertOptions& o) {
 class InputSet {
  public:
   InputSet(std::string dir, const Plan& plan) : dir_(std::move(dir)), plan_(plan) {}
+  ~InputSet() {
+    for (auto& [f, fd] : plain_fds_) ::close(fd);
+  }
   absl::StatusOr<const SafetensorsReader*> Get(int file) {
     auto& r = readers_[file];
     if (!r) {
@@ -305,12 +310,59 @@ class InputSet {
     }
     return r.get();
   }
-  void Close(int file) { readers_.erase(file); }
+  void Close(int file) {
+    readers_.erase(file);
+    if (auto it = plain_fds_.find(file); it != plain_fds_.end()) {
+      ::close(it->second);
+      plain_fds_.erase(it);
+    }
+  }
+
+  // True if bytes [off, off + len) of input `file` are all zero. Judged from
+  // the file's holes (SEEK_DATA / SEEK_HOLE); data extents inside the range
+  // are read only while they total at most kMaxZeroProbe bytes (the edges a
+  // hole shares with its neighbours' blocks), else the range counts as data.
+  absl::StatusOr<bool> IsZero(int file, uint64_t off, uint64_t len) {
+    constexpr uint64_t kMaxZeroProbe = 1ull << 20;
+    int& fd = plain_fds_[file];
+    const std::string path = dir_ + "/" + plan_.inputs[file];
+    if (fd <= 0) {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        plain_fds_.erase(file);
+        return Errno("open", path);
+      }
+    }
+    const uint64_t end = off + len;
+    uint64_t pos = off, probed = 0;
+    std::vector<uint8_t> buf;
+    while (pos < end) {
+      const off_t d = ::lseek(fd, static_cast<off_t>(pos), SEEK_DATA);
+      if (d < 0) {
+        if (errno == ENXIO) return true;  // only holes up to the end of the file
+        if (errno == EINVAL) return false;  // no SEEK_DATA here: treat as data
+        return Errno("seek", path);
+      }
+      if (static_cast<uint64_t>(d) >= end) return true;
+      const off_t h = ::lseek(fd, d, SEEK_HOLE);
+      if (h < 0) return Errno("seek", path);
+      const uint64_t a = static_cast<uint64_t>(d), b = std::min<uint64_t>(end, static_cast<uint64_t>(h));
+      probed += b - a;
+      if (probed > kMaxZeroProbe) return false;
+      buf.resize(b - a);
+      if (::pread(fd, buf.data(), buf.size(), static_cast<off_t>(a)) != static_cast<ssize_t>(buf.size()))
+        return Errno("read", path);
+      if (std::any_of(buf.begin(), buf.end(), [](uint8_t x) { return x != 0; })) return false;
+      pos = b;
+    }
+    return true;
+  }
 
  private:
   std::string dir_;
   const Plan& plan_;
   std::map<int, std::unique_ptr<SafetensorsReader>> readers_;
+  std::map<int, int> plain_fds_;  // buffered descriptors for SEEK_DATA probes
 };
 
 // Decodes rows [r0, r1) of a source tensor to float32 (FP8 with its block scales).
@@ -412,13 +464,73 @@ absl::StatusOr<ShardLayout> LayoutFor(const Plan& plan, int k) {
   return layout;
 }
 
-// Quantizes tensor t into dst_data / dst_scales (memory), row slab by row slab.
-absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor& lt,
-                          uint8_t* data, float* scales, std::vector<float>* slab) {
+// Where QuantizeRows puts stored rows [r0, r1) of a tensor, and what happens
+// once they are there.
+class RowTarget {
+ public:
+  virtual ~RowTarget() = default;
+  virtual std::pair<uint8_t*, float*> Rows(int64_t r0, int64_t r1) = 0;
+  virtual absl::Status Done(int64_t r0, int64_t r1) = 0;
+};
+
+// Rows straight into their place inside an expert record buffer.
+class RecordTarget final : public RowTarget {
+ public:
+  RecordTarget(uint8_t* data, float* scales, int64_t row_bytes, int64_t groups)
+      : data_(data), scales_(scales), rb_(row_bytes), ng_(groups) {}
+  std::pair<uint8_t*, float*> Rows(int64_t r0, int64_t) override { return {data_ + r0 * rb_, scales_ + r0 * ng_}; }
+  absl::Status Done(int64_t, int64_t) override { return absl::OkStatus(); }
+
+ private:
+  uint8_t* data_;
+  float* scales_;
+  int64_t rb_, ng_;
+};
+
+// A non-expert tensor streamed to the file a slab at a time (the data CRC
+// extended as it goes, scales kept for the end): memory is one slab, not the
+// tensor (lm_head / embed_tokens of GLM-5 are ~1 GB at q8).
+class StreamTarget final : public RowTarget {
+ public:
+  StreamTarget(int fd, const std::string& path, uint64_t data_at, const LayoutTensor& lt)
+      : fd_(fd), path_(path), at_(data_at), rb_(RowBytes(lt.format, lt.cols)), ng_(GroupsPerRow(lt.format, lt.cols)) {
+    scales_.assign(static_cast<size_t>(lt.scales_bytes / sizeof(float)), 0.0f);
+  }
+  std::pair<uint8_t*, float*> Rows(int64_t r0, int64_t r1) override {
+    data_.resize(static_cast<size_t>((r1 - r0) * rb_));
+    return {data_.data(), scales_.data() + r0 * ng_};
+  }
+  absl::Status Done(int64_t r0, int64_t r1) override {
+    crc_ = crc32c::Extend(crc_, data_.data(), data_.size());
+    written_ += data_.size();
+    (void)r1;
+    return PWriteAll(fd_, data_.data(), data_.size(), at_ + static_cast<uint64_t>(r0 * rb_), path_);
+  }
+  // Writes the scales and returns the tensor's masked CRC (data, then scales).
+  absl::StatusOr<uint32_t> Finish(uint64_t scales_at) {
+    const uint64_t sb = scales_.size() * sizeof(float);
+    if (sb > 0) MOE_RETURN_IF_ERROR(PWriteAll(fd_, scales_.data(), sb, scales_at, path_));
+    written_ += sb;
+    return crc32c::Mask(crc32c::Extend(crc_, scales_.data(), sb));
+  }
+  uint64_t written() const { return written_; }
+
+ private:
+  int fd_;
+  const std::string& path_;
+  uint64_t at_;
+  int64_t rb_, ng_;
+  std::vector<uint8_t> data_;
+  std::vector<float> scales_;
+  uint32_t crc_ = 0;
+  uint64_t written_ = 0;
+};
+
+// Quantizes tensor t with its format, row slab by row slab, into `target`.
+absl::Status QuantizeRows(InputSet* in, const PlanTensor& pt, const LayoutTensor& lt, RowTarget* target,
+                          std::vector<float>* slab) {
   SourceDecoder dec;
   MOE_RETURN_IF_ERROR(dec.Open(in, pt));
-  const int64_t rb = RowBytes(lt.format, lt.cols);
-  const int64_t ng = GroupsPerRow(lt.format, lt.cols);
   if (dec.fp8_matrix()) {
     // One parallel region per raw slab: each thread decodes a few rows into
     // a cache-resident buffer and quantizes them right away (few barriers;
@@ -426,9 +538,12 @@ absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor
     // hold the others up).
     constexpr int64_t kChunkRows = 16;
     const int64_t raw_rows = std::max<int64_t>(kChunkRows, static_cast<int64_t>(kSlabBytes * 8) / lt.cols);
+    const int64_t rb = RowBytes(lt.format, lt.cols);
+    const int64_t ng = GroupsPerRow(lt.format, lt.cols);
     for (int64_t r0 = 0; r0 < lt.rows; r0 += raw_rows) {
       const int64_t r1 = std::min(lt.rows, r0 + raw_rows);
       MOE_RETURN_IF_ERROR(dec.ReadRaw(r0, r1));
+      auto [data, scales] = target->Rows(r0, r1);
       absl::Status err;
 #pragma omp parallel if ((r1 - r0) * lt.cols >= (1 << 18))
       {
@@ -437,8 +552,8 @@ absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor
         for (int64_t c0 = r0; c0 < r1; c0 += kChunkRows) {
           const int64_t c1 = std::min(r1, c0 + kChunkRows);
           dec.DecodeRaw(c0, c1, buf.data());
-          absl::Status s = QuantizeMatrix(lt.format, buf.data(), c1 - c0, lt.cols, data + c0 * rb,
-                                          scales + c0 * ng, lt.name);
+          absl::Status s = QuantizeMatrix(lt.format, buf.data(), c1 - c0, lt.cols, data + (c0 - r0) * rb,
+                                          scales + (c0 - r0) * ng, lt.name);
           if (!s.ok()) {
 #pragma omp critical
             if (err.ok()) {
@@ -450,6 +565,7 @@ absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor
         }
       }
       MOE_RETURN_IF_ERROR(err);
+      MOE_RETURN_IF_ERROR(target->Done(r0, r1));
     }
     return absl::OkStatus();
   }
@@ -460,18 +576,86 @@ absl::Status QuantizeInto(InputSet* in, const PlanTensor& pt, const LayoutTensor
     const int64_t r1 = std::min(lt.rows, r0 + rows_per_slab);
     slab->resize(static_cast<size_t>((r1 - r0) * lt.cols));
     MOE_RETURN_IF_ERROR(dec.Rows(r0, r1, slab->data()));
-    MOE_RETURN_IF_ERROR(QuantizeMatrix(lt.format, slab->data(), r1 - r0, lt.cols, data + r0 * rb,
-                                       scales + r0 * ng, lt.name));
+    auto [data, scales] = target->Rows(r0, r1);
+    MOE_RETURN_IF_ERROR(QuantizeMatrix(lt.format, slab->data(), r1 - r0, lt.cols, data, scales, lt.name));
+    MOE_RETURN_IF_ERROR(target->Done(r0, r1));
   }
   return absl::OkStatus();
 }
 
-struct ShardWriteStats {
-  uint64_t bytes_out = 0;
+// Masked-free CRC32C of n zero bytes (cached: a full-size model has ~20k
+// zero records of a handful of lengths).
+class ZeroCrc {
+ public:
+  uint32_t Of(uint64_t n) {
+    auto it = cache_.find(n);
+    if (it != cache_.end()) return it->second;
+    static const std::vector<uint8_t> zeros(1 << 20, 0);
+    uint32_t c = 0;
+    for (uint64_t left = n; left > 0;) {
+      const uint64_t k = std::min<uint64_t>(left, zeros.size());
+      c = crc32c::Extend(c, zeros.data(), k);
+      left -= k;
+    }
+    return cache_[n] = c;
+  }
+
+ private:
+  std::map<uint64_t, uint32_t> cache_;
 };
 
-absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputSet* in,
-                        const std::function<void(uint64_t)>& advanced) {
+// Which of shard k's records have all-zero sources (file holes).
+absl::StatusOr<std::vector<bool>> ZeroRecords(const Plan& plan, int k, InputSet* in) {
+  const PlanShard& ps = plan.shards[k];
+  std::map<std::pair<int, int>, bool> zero;
+  for (const auto& r : ps.records) zero[r] = true;
+  for (const PlanTensor& t : ps.tensors) {
+    if (t.cls.role != TensorRole::kExpert) continue;
+    bool& z = zero[{t.cls.layer, t.cls.expert}];
+    if (!z) continue;
+    for (const Source* src : {&t.weight, t.scale ? &*t.scale : nullptr}) {
+      if (src == nullptr || !z) continue;
+      MOE_ASSIGN_OR_RETURN(const SafetensorsReader* r, in->Get(src->file));
+      MOE_ASSIGN_OR_RETURN(const TensorInfo* ti, r->Get(src->name));
+      MOE_ASSIGN_OR_RETURN(z, in->IsZero(src->file, ti->offset, ti->nbytes));
+    }
+  }
+  std::vector<bool> out;
+  for (const auto& r : ps.records) out.push_back(zero[r]);
+  return out;
+}
+
+uint64_t ZeroSourceBytes(const Plan& plan, int k, const std::vector<bool>& zero) {
+  const PlanShard& ps = plan.shards[k];
+  std::set<std::pair<int, int>> z;
+  for (size_t r = 0; r < ps.records.size(); ++r)
+    if (zero[r]) z.insert(ps.records[r]);
+  uint64_t b = 0;
+  for (const PlanTensor& t : ps.tensors)
+    if (t.cls.role == TensorRole::kExpert && z.count({t.cls.layer, t.cls.expert})) b += t.source_bytes;
+  return b;
+}
+
+int64_t PeakRss() {
+  rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+// Reserves disk for [off, off + len) (ENOSPC now rather than mid-write).
+absl::Status Reserve(int fd, uint64_t off, uint64_t len, const std::string& path) {
+  if (len == 0) return absl::OkStatus();
+  if (const int rc = ::posix_fallocate(fd, static_cast<off_t>(off), static_cast<off_t>(len)); rc != 0) {
+    errno = rc;
+    if (rc != EOPNOTSUPP && rc != EINVAL) return Errno(absl::StrCat("reserve ", len, " bytes for"), path);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConvertShardStat> WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputSet* in,
+                                            std::vector<bool> zero,
+                                            const std::function<void(uint64_t)>& advanced) {
+  const auto t0 = std::chrono::steady_clock::now();
   const PlanShard& ps = plan.shards[k];
   MOE_ASSIGN_OR_RETURN(ShardLayout layout, LayoutFor(plan, k));
   MOE_ASSIGN_OR_RETURN(std::string header, RenderHeader(&layout));
@@ -486,66 +670,90 @@ absl::Status WriteShard(const ConvertOptions& o, const Plan& plan, int k, InputS
       if (fd >= 0) ::close(fd);
     }
   };
-  const uint64_t total = layout.file_bytes();
-  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
-    errno = rc;
-    if (rc != EOPNOTSUPP && rc != EINVAL) return Errno(absl::StrCat("reserve ", total, " bytes for"), tmp);
-    if (::ftruncate(fd, static_cast<off_t>(total)) != 0) return Errno("truncate", tmp);
-  }
+  ConvertShardStat st;
+  st.file = ps.file;
+  st.bytes_out = layout.file_bytes();
+  st.records = static_cast<int>(layout.records.size());
+  // layout.records is sorted by (layer, expert); `zero` follows ps.records.
+  std::map<std::pair<int, int>, bool> is_zero;
+  for (size_t r = 0; r < ps.records.size(); ++r) is_zero[ps.records[r]] = zero[r];
+  // The file at its full size, all holes; disk is reserved for what will be
+  // written: the header and non-expert tensors, and every non-zero record.
+  if (::ftruncate(fd, static_cast<off_t>(layout.file_bytes())) != 0) return Errno("truncate", tmp);
   const uint64_t base = layout.data_start();
+  uint64_t dense_end = base;
+  std::vector<int> owner(layout.tensors.size(), -1);
+  for (size_t r = 0; r < layout.records.size(); ++r) {
+    for (int p : layout.records[r].parts) owner[p] = static_cast<int>(r);
+  }
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    if (owner[i] < 0) {
+      const LayoutTensor& lt = layout.tensors[i];
+      dense_end = std::max(dense_end, base + std::max(lt.data_offset + lt.data_bytes, lt.scales_offset + lt.scales_bytes));
+    }
+  }
+  MOE_RETURN_IF_ERROR(Reserve(fd, 0, dense_end, tmp));
+  for (const auto& r : layout.records) {
+    if (!is_zero[{r.layer, r.expert}]) MOE_RETURN_IF_ERROR(Reserve(fd, base + r.offset, r.length, tmp));
+  }
   // Records go out with O_DIRECT (4 KiB-aligned buffer, offset and length):
   // no page-cache copy, no writeback at fsync. Falls back to buffered writes
   // where the file system refuses O_DIRECT (tmpfs).
   const int dfd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
   Closer dcloser{dfd};
   std::vector<float> slab;
-  std::vector<int> owner(layout.tensors.size(), -1);
-  for (size_t r = 0; r < layout.records.size(); ++r) {
-    for (int p : layout.records[r].parts) owner[p] = static_cast<int>(r);
-  }
-  // Non-expert tensors.
-  std::vector<uint8_t> data;
-  std::vector<float> scales;
+  // Non-expert tensors, streamed.
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     if (owner[i] >= 0) continue;
     LayoutTensor& lt = layout.tensors[i];
-    data.assign(lt.data_bytes, 0);
-    scales.assign(lt.scales_bytes / 4, 0.0f);
-    MOE_RETURN_IF_ERROR(QuantizeInto(in, ps.tensors[i], lt, data.data(), scales.data(), &slab));
-    uint32_t crc = crc32c::Value(data.data(), data.size());
-    crc = crc32c::Extend(crc, scales.data(), lt.scales_bytes);
-    lt.crc = crc32c::Mask(crc);
-    MOE_RETURN_IF_ERROR(PWriteAll(fd, data.data(), lt.data_bytes, base + lt.data_offset, tmp));
-    if (lt.scales_bytes > 0) {
-      MOE_RETURN_IF_ERROR(
-          PWriteAll(fd, scales.data(), lt.scales_bytes, base + lt.scales_offset, tmp));
-    }
+    StreamTarget target(fd, tmp, base + lt.data_offset, lt);
+    MOE_RETURN_IF_ERROR(QuantizeRows(in, ps.tensors[i], lt, &target, &slab));
+    MOE_ASSIGN_OR_RETURN(lt.crc, target.Finish(base + lt.scales_offset));
+    st.bytes_written += target.written();
+    st.bytes_in += ps.tensors[i].source_bytes;
     advanced(ps.tensors[i].source_bytes);
   }
-  // Expert records: assembled in memory, one write each.
+  // Expert records: assembled in memory, one write each; zero ones stay holes.
   AlignedBuffer rec;
+  ZeroCrc zero_crc;
   for (auto& r : layout.records) {
+    uint64_t src_bytes = 0;
+    for (int p : r.parts) src_bytes += ps.tensors[p].source_bytes;
+    st.bytes_in += src_bytes;
+    if (is_zero[{r.layer, r.expert}]) {
+      for (int p : r.parts) {
+        LayoutTensor& lt = layout.tensors[p];
+        lt.crc = crc32c::Mask(zero_crc.Of(lt.data_bytes + lt.scales_bytes));
+      }
+      r.crc = crc32c::Mask(zero_crc.Of(r.length));
+      ++st.zero_records;
+      continue;
+    }
     if (rec.capacity() < r.length) rec = AlignedBuffer(r.length);
     std::memset(rec.data(), 0, r.length);
-    uint64_t src_bytes = 0;
     for (int p : r.parts) {
       LayoutTensor& lt = layout.tensors[p];
       uint8_t* d = rec.data() + (lt.data_offset - r.offset);
       float* s = reinterpret_cast<float*>(rec.data() + (lt.scales_offset - r.offset));
-      MOE_RETURN_IF_ERROR(QuantizeInto(in, ps.tensors[p], lt, d, s, &slab));
+      RecordTarget target(d, s, RowBytes(lt.format, lt.cols), GroupsPerRow(lt.format, lt.cols));
+      MOE_RETURN_IF_ERROR(QuantizeRows(in, ps.tensors[p], lt, &target, &slab));
       uint32_t crc = crc32c::Value(d, lt.data_bytes);
       crc = crc32c::Extend(crc, s, lt.scales_bytes);
       lt.crc = crc32c::Mask(crc);
-      src_bytes += ps.tensors[p].source_bytes;
     }
     r.crc = crc32c::Mask(crc32c::Value(rec.data(), r.length));
     MOE_RETURN_IF_ERROR(PWriteAll(dfd >= 0 ? dfd : fd, rec.data(), r.length, base + r.offset, tmp));
+    st.bytes_written += r.length;
     advanced(src_bytes);
   }
   MOE_ASSIGN_OR_RETURN(std::string final_header, RenderHeader(&layout));
   if (final_header.size() != header.size()) return absl::InternalError("header length changed");
   MOE_RETURN_IF_ERROR(PWriteAll(fd, final_header.data(), final_header.size(), 0, tmp));
-  return file.Commit();
+  st.bytes_written += final_header.size();
+  MOE_RETURN_IF_ERROR(file.Commit());
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.peak_rss_bytes = PeakRss();
+  return st;
 }
 
 // True if out_dir/<file> is a finished shard of this plan (and, with
@@ -651,12 +859,26 @@ absl::StatusOr<ConvertResult> ConvertCheckpoint(const ConvertOptions& o) {
   const int n = res.num_shards;
   std::vector<bool> done(n, false);
   for (int k = 0; k < n; ++k) done[k] = ShardIsDone(o, plan, k);
+  InputSet inputs(o.in_dir, plan);
+  // Zero experts are found up front (a few lseeks per record) so the
+  // progress counts only bytes that really are converted; with
+  // prepare_inputs the inputs are not written yet: found per shard instead.
+  std::vector<std::optional<std::vector<bool>>> zero(n);
   ConvertProgress prog;
   prog.num_shards = n;
   for (int k = 0; k < n; ++k) {
-    if (!done[k]) prog.bytes_total += plan.shards[k].source_bytes;
+    if (done[k]) continue;
+    uint64_t bytes = plan.shards[k].source_bytes;
+    if (!o.prepare_inputs) {
+      bool inputs_present = true;
+      for (int j : plan.shards[k].inputs) inputs_present &= fs::exists(o.in_dir + "/" + plan.inputs[j]);
+      if (inputs_present) {
+        MOE_ASSIGN_OR_RETURN(zero[k], ZeroRecords(plan, k, &inputs));
+        bytes -= ZeroSourceBytes(plan, k, *zero[k]);
+      }
+    }
+    prog.bytes_total += bytes;
   }
-  InputSet inputs(o.in_dir, plan);
   auto maybe_delete = [&]() -> absl::Status {
     if (!o.delete_source) return absl::OkStatus();
     for (int j = 0; j < static_cast<int>(plan.inputs.size()); ++j) {
@@ -677,6 +899,11 @@ absl::StatusOr<ConvertResult> ConvertCheckpoint(const ConvertOptions& o) {
       continue;
     }
     if (o.max_shards >= 0 && res.shards_written >= o.max_shards) break;
+    if (o.prepare_inputs) {
+      std::vector<std::string> names;
+      for (int j : plan.shards[k].inputs) names.push_back(plan.inputs[j]);
+      MOE_RETURN_IF_ERROR(Annotate(o.prepare_inputs(names), absl::StrCat("preparing the inputs of ", plan.shards[k].file)));
+    }
     for (int j : plan.shards[k].inputs) {
       const std::string path = o.in_dir + "/" + plan.inputs[j];
       if (!fs::exists(path)) {
@@ -685,18 +912,32 @@ absl::StatusOr<ConvertResult> ConvertCheckpoint(const ConvertOptions& o) {
             " but is gone"));
       }
     }
+    if (!zero[k]) {
+      MOE_ASSIGN_OR_RETURN(zero[k], ZeroRecords(plan, k, &inputs));
+      if (o.prepare_inputs) prog.bytes_total -= ZeroSourceBytes(plan, k, *zero[k]);
+    }
     prog.shard = k + 1;
+    prog.shard_finished = false;
     auto advanced = [&](uint64_t b) {
       prog.bytes_done += b;
       prog.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (o.progress) o.progress(prog);
     };
-    absl::Status s = WriteShard(o, plan, k, &inputs, advanced);
-    if (!s.ok()) return Annotate(s, absl::StrCat("converting output shard ", plan.shards[k].file));
+    // Zero records are not converted: they advance nothing.
+    std::vector<bool> z = *zero[k];
+    auto st = WriteShard(o, plan, k, &inputs, z, [&](uint64_t b) { advanced(b); });
+    if (!st.ok()) return Annotate(st.status(), absl::StrCat("converting output shard ", plan.shards[k].file));
     done[k] = true;
     ++res.shards_written;
     res.bytes_in += plan.shards[k].source_bytes;
-    res.bytes_out += fs::file_size(o.out_dir + "/" + plan.shards[k].file);
+    res.bytes_out += st->bytes_out;
+    res.shards.push_back(*st);
+    if (o.progress) {
+      prog.shard_finished = true;
+      prog.shard_seconds = st->seconds;
+      prog.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      o.progress(prog);
+    }
     MOE_RETURN_IF_ERROR(maybe_delete());
   }
   if (std::all_of(done.begin(), done.end(), [](bool b) { return b; })) {
@@ -705,6 +946,7 @@ absl::StatusOr<ConvertResult> ConvertCheckpoint(const ConvertOptions& o) {
     res.complete = true;
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.peak_rss_bytes = PeakRss();
   return res;
 }
 

@@ -29,7 +29,7 @@ const Command kCommands[] = {
     {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},
     {"score", "teacher-forced argmax and log-probabilities of --ids", RunScore},
-    {"synth", "write a synthetic GLM-5-shaped expert slice (records + manifest) for moe bench e2e", RunSynth},
+    {"synth", "full-size stand-in of a real model (--config glm-5 ...), or an expert slice for moe bench e2e", RunSynth},
     {"tokenize", "text to token ids (and back) with a tokenizer.json; chat prompts", RunTokenize},
     {"version", "print the version and the kernel variants this CPU can run", RunVersion},
     {nullptr, nullptr, nullptr},
