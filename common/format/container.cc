@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -144,22 +145,29 @@ absl::StatusOr<ShardContents> ReadShardContents(const SafetensorsReader& reader,
 absl::Status VerifyShardData(const SafetensorsReader& reader, int file,
                              const ShardContents& contents) {
   const std::string& path = reader.file(file).path;
-  std::vector<uint8_t> buf;
-  for (const auto& t : contents.tensors) {
-    buf.resize(t.data_bytes + t.scales_bytes);
-    MOE_RETURN_IF_ERROR(reader.ReadRange(file, t.data_offset, t.data_bytes, buf.data()));
-    if (t.scales_bytes > 0) {
-      MOE_RETURN_IF_ERROR(
-          reader.ReadRange(file, t.scales_offset, t.scales_bytes, buf.data() + t.data_bytes));
+  // CRCs over fixed chunks: memory stays at one chunk whatever the tensor
+  // (GLM-5's lm_head is ~1 GB at q8).
+  constexpr uint64_t kChunk = 8ull << 20;
+  std::vector<uint8_t> buf(kChunk);
+  auto extend = [&](uint32_t crc, uint64_t off, uint64_t len) -> absl::StatusOr<uint32_t> {
+    for (uint64_t done = 0; done < len;) {
+      const uint64_t n = std::min(kChunk, len - done);
+      MOE_RETURN_IF_ERROR(reader.ReadRange(file, off + done, n, buf.data()));
+      crc = crc32c::Extend(crc, buf.data(), n);
+      done += n;
     }
-    if (crc32c::Mask(crc32c::Value(buf.data(), buf.size())) != t.crc) {
+    return crc;
+  };
+  for (const auto& t : contents.tensors) {
+    MOE_ASSIGN_OR_RETURN(uint32_t crc, extend(0, t.data_offset, t.data_bytes));
+    MOE_ASSIGN_OR_RETURN(crc, extend(crc, t.scales_offset, t.scales_bytes));
+    if (crc32c::Mask(crc) != t.crc) {
       return Loss(path, absl::StrCat("tensor '", t.name, "': CRC32C mismatch"));
     }
   }
   for (const auto& r : contents.records) {
-    buf.resize(r.length);
-    MOE_RETURN_IF_ERROR(reader.ReadRange(file, r.offset, r.length, buf.data()));
-    if (crc32c::Mask(crc32c::Value(buf.data(), buf.size())) != r.crc) {
+    MOE_ASSIGN_OR_RETURN(uint32_t crc, extend(0, r.offset, r.length));
+    if (crc32c::Mask(crc) != r.crc) {
       return Loss(path, absl::StrCat("expert record (", r.layer, ", ", r.expert,
                                      "): CRC32C mismatch"));
     }
