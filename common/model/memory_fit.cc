@@ -4,19 +4,12 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/meminfo.h"
 #include "common/base/status.h"
 
 namespace moe {
 
-int64_t MemAvailableBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kb = 0;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
-}
+int64_t MemAvailableBytes() { return MemInfoBytes("MemAvailable"); }
 
 absl::StatusOr<FittedPlan> FitMemoryPlan(const std::string& model_dir, uint64_t ram_budget, int64_t kv_tokens,
                                          EngineConfig base) {

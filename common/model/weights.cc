@@ -161,8 +161,14 @@ absl::StatusOr<std::vector<float>> LoadVector(const Container& ck, const std::st
 template <class Src>
 struct SizingSource {
   const Src& src;
+  std::vector<PlannedTensor>* parts = nullptr;  // optional: every tensor the loader takes
   auto Find(std::string_view name) const { return src.Find(name); }
 };
+
+// A container tensor used as stored is mapped (shared page cache); anything
+// converted at load, and every checkpoint tensor, is a private copy.
+bool MappedAtLoad(const ContainerTensor& t, bool force_f32) { return !force_f32 || t.format == QFormat::kF32; }
+bool MappedAtLoad(const TensorInfo&, bool) { return false; }
 
 template <class Src>
 absl::StatusOr<OwnedMatrix> LoadMatrix(const SizingSource<Src>& s, const ModelConfig& c, const std::string& name,
@@ -172,12 +178,14 @@ absl::StatusOr<OwnedMatrix> LoadMatrix(const SizingSource<Src>& s, const ModelCo
   m.m.rows = rows;
   m.m.cols = cols;
   m.m.format = LoadedFormat(*t, force_f32);
+  if (s.parts) s.parts->push_back({name, m.m.format, rows, cols, m.Bytes(), MappedAtLoad(*t, force_f32)});
   return m;
 }
 
 template <class Src>
 absl::StatusOr<std::vector<float>> LoadVector(const SizingSource<Src>& s, const std::string& name, int64_t n) {
   MOE_RETURN_IF_ERROR(Need(s.src, name, {n}).status());
+  if (s.parts) s.parts->push_back({name, QFormat::kF32, 1, n, 4 * n, false});
   return std::vector<float>(n);
 }
 
@@ -341,6 +349,23 @@ absl::StatusOr<int64_t> PlanResidentImpl(const Src& ck, const ModelConfig& c, co
 absl::StatusOr<int64_t> PlanResidentBytes(const SafetensorsReader& ck, const ModelConfig& c, const LoadOptions& opt,
                                           std::optional<QFormat> dense_format, bool* has_mtp) {
   return PlanResidentImpl(ck, c, opt, dense_format, has_mtp);
+}
+
+template <class Src>
+absl::StatusOr<std::vector<PlannedTensor>> PlanResidentPartsImpl(const Src& ck, const ModelConfig& c,
+                                                                 const LoadOptions& opt) {
+  std::vector<PlannedTensor> parts;
+  MOE_RETURN_IF_ERROR(LoadResidentImpl(SizingSource<Src>{ck, &parts}, c, opt).status());
+  return parts;
+}
+
+absl::StatusOr<std::vector<PlannedTensor>> PlanResidentParts(const SafetensorsReader& ck, const ModelConfig& c,
+                                                             const LoadOptions& opt) {
+  return PlanResidentPartsImpl(ck, c, opt);
+}
+absl::StatusOr<std::vector<PlannedTensor>> PlanResidentParts(const Container& ck, const ModelConfig& c,
+                                                             const LoadOptions& opt) {
+  return PlanResidentPartsImpl(ck, c, opt);
 }
 
 absl::StatusOr<int64_t> PlanResidentBytes(const Container& ck, const ModelConfig& c, const LoadOptions& opt,

@@ -81,6 +81,20 @@ absl::StatusOr<int64_t> PlanResidentBytes(const SafetensorsReader& ck, const Mod
                                           std::optional<QFormat> dense_format, bool* has_mtp = nullptr);
 absl::StatusOr<int64_t> PlanResidentBytes(const Container& ck, const ModelConfig& c, const LoadOptions& opt,
                                           std::optional<QFormat> dense_format, bool* has_mtp = nullptr);
+// Every tensor the resident loader takes, as it will hold it: loaded format,
+// bytes, and whether it stays a shared read-only mapping of a container shard
+// (page cache, one copy for all processes) or becomes a private copy.
+struct PlannedTensor {
+  std::string name;
+  QFormat format = QFormat::kF32;
+  int64_t rows = 0, cols = 0;
+  int64_t bytes = 0;
+  bool mapped = false;
+};
+absl::StatusOr<std::vector<PlannedTensor>> PlanResidentParts(const SafetensorsReader& ck, const ModelConfig& c,
+                                                             const LoadOptions& opt);
+absl::StatusOr<std::vector<PlannedTensor>> PlanResidentParts(const Container& ck, const ModelConfig& c,
+                                                             const LoadOptions& opt);
 // Bytes of one routed expert of `layer` as the expert store holds it (stored
 // formats, or `expert_format` when experts are re-stored at load).
 absl::StatusOr<int64_t> PlanExpertBytes(const SafetensorsReader& ck, const ModelConfig& c, int layer,

@@ -21,6 +21,7 @@
 #include "common/format/safetensors_writer.h"
 #include "common/format/synth_model.h"
 #include "gtest/gtest.h"
+#include "tests/format/synth_fixture.h"
 #include "nlohmann/json.hpp"
 
 namespace moe {
@@ -263,14 +264,7 @@ TEST(SynthPlanTest, RefusesRealExpertLayersThatAreNotMoe) {
   EXPECT_FALSE(BuiltinConfig("glm-6").ok());
 }
 
-// A small-width GLM-5 (the release config with narrow dims) for the tests that write files.
-std::vector<std::pair<std::string, std::string>> Narrow() {
-  return {{"num_hidden_layers", "2"},   {"first_k_dense_replace", "1"}, {"hidden_size", "256"},
-          {"intermediate_size", "384"}, {"moe_intermediate_size", "128"}, {"n_routed_experts", "8"},
-          {"num_experts_per_tok", "2"}, {"num_attention_heads", "2"},   {"q_lora_rank", "128"},
-          {"kv_lora_rank", "128"},      {"vocab_size", "512"},          {"eos_token_id", "[1]"},
-          {"pad_token_id", "1"},        {"index_n_heads", "2"}};
-}
+std::vector<std::pair<std::string, std::string>> Narrow() { return testing_synth::NarrowGlm5(); }
 
 TEST_F(SynthTest, CheckpointBytesDoNotDependOnThreadsAndContainerEqualsConvert) {
   SynthOptions o;

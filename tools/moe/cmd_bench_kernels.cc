@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/aligned_buffer.h"
+#include "common/base/bandwidth_probe.h"
 #include "common/base/flags.h"
 #include "common/base/status.h"
 #include "common/kernels/kernels.h"
@@ -42,13 +43,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// CPU seconds used by this process (all threads).
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // 1-minute load average (the machine is shared; every figure is reported
@@ -76,45 +70,6 @@ std::vector<ShapeSpec> DefaultShapes() {
           {"q_b", 16384, 2048, dense, false},           {"o_proj", 6144, 16384, dense, false},
           {"kv_b", 28672, 512, dense, false},           {"router", 256, 6144, {F::kQ8Row, F::kF32}, true},
           {"lm_head", 154880, 6144, {F::kQ8Row}, false}};
-}
-
-struct Bandwidth {
-  double wall_gbps;  // bytes / wall seconds
-  double cpu_gbps;   // bytes / (process CPU seconds / threads): what the threads
-                     // reach while they actually run (robust to a shared CPU)
-};
-
-// Streams `bytes` of buf with `threads` threads; median of reps.
-Bandwidth ProbeReadBandwidth(const uint8_t* buf, size_t bytes, int threads, int reps) {
-  std::vector<double> gbps, cpu_gbps;
-  const size_t n = bytes / sizeof(uint64_t);
-  const auto* p = reinterpret_cast<const uint64_t*>(buf);
-  for (int rep = 0; rep < reps; ++rep) {
-    std::atomic<uint64_t> sink{0};
-    const double c0 = ProcessCpuSeconds();
-    const auto t0 = Clock::now();
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t) {
-      ts.emplace_back([&, t] {
-        const size_t i0 = n * t / threads, i1 = n * (t + 1) / threads;
-        // 8 independent sums per 64-byte line and the kernels' software
-        // prefetch distance (2 KiB ahead), so the probe streams at least as
-        // well as the kernels do and the ratio is not flattered.
-        uint64_t a[8] = {};
-        for (size_t i = i0; i + 8 <= i1; i += 8) {
-          __builtin_prefetch(p + i + 256);
-          for (int j = 0; j < 8; ++j) a[j] += p[i + j];
-        }
-        sink += a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7];
-      });
-    }
-    for (auto& t : ts) t.join();
-    gbps.push_back(static_cast<double>(bytes) / Seconds(t0, Clock::now()) * 1e-9);
-    cpu_gbps.push_back(static_cast<double>(bytes) * threads / (ProcessCpuSeconds() - c0) * 1e-9);
-  }
-  std::sort(gbps.begin(), gbps.end());
-  std::sort(cpu_gbps.begin(), cpu_gbps.end());
-  return {gbps[gbps.size() / 2], cpu_gbps[cpu_gbps.size() / 2]};
 }
 
 // Fills the rotation buffer: random bytes (any byte is a valid q8/q4/q2 code
@@ -312,10 +267,10 @@ int RunBenchKernels(int argc, char** argv) {
   }
   out["loadavg_start"] = LoadAverage();
   for (const auto& shape : shapes) {
-    Bandwidth bw[3] = {};
+    ReadBandwidth bw[3] = {};
     const double load = LoadAverage();
     for (int t : {1, 2}) {
-      bw[t] = ProbeReadBandwidth(buf.data(), rotate, t, 5);
+      bw[t] = ProbeMemoryRead(buf.data(), rotate, t, 5);
       all_bw[t].push_back(bw[t].wall_gbps);
       all_cpu_bw[t].push_back(bw[t].cpu_gbps);
     }
@@ -367,7 +322,7 @@ int RunBenchKernels(int argc, char** argv) {
               const double wbytes = static_cast<double>(data_bytes + scale_bytes) * nmats_per_call;
               const double gbps = wbytes / tm.median * 1e-9;
               const double gflops = 2.0 * S * shape.rows * shape.cols * nmats_per_call / tm.median * 1e-9;
-              const Bandwidth& mb = bw[std::min<int64_t>(threads, 2)];
+              const ReadBandwidth& mb = bw[std::min<int64_t>(threads, 2)];
               const double ratio = gbps / mb.wall_gbps;
               const double cpu_gbps = wbytes / tm.cpu_median * 1e-9;
               const double cpu_ratio = cpu_gbps / mb.cpu_gbps;

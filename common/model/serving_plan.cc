@@ -1,0 +1,484 @@
+#include "common/model/serving_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/bandwidth_probe.h"
+#include "common/base/meminfo.h"
+#include "common/base/status.h"
+#include "common/format/container.h"
+#include "common/format/container_layout.h"
+#include "common/format/tensor_role.h"
+#include "common/model/weights.h"
+#include "nlohmann/json.hpp"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+uint64_t Up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+std::string Gb(int64_t b) { return absl::StrCat(absl::SixDigits(static_cast<double>(b) / 1e9), " GB"); }
+
+bool IsContainerDir(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / std::string(kManifestFileName), ec);
+}
+
+absl::StatusOr<json> ReadJsonFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  json j = json::parse(std::string(std::istreambuf_iterator<char>(in), {}), nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  return j;
+}
+
+// One resident tensor as the plan counts it.
+struct Part {
+  std::string name, group;  // group: census group (role, or "mtp")
+  QFormat format;
+  int64_t bytes;
+  bool mapped, embedding;
+};
+
+// The record length the container layout gives an expert (64-byte blobs, 4 KiB record).
+int64_t RecordBytes(QFormat f, int64_t H, int64_t Im) {
+  const int64_t rows[3] = {Im, Im, H}, cols[3] = {H, H, Im};
+  uint64_t off = 0;
+  for (int m = 0; m < 3; ++m) {
+    off = Up(off + DataBytes(f, rows[m], cols[m]), kBlobAlign);
+    if (ScaleBytes(f, rows[m], cols[m]) > 0) off = Up(off + ScaleBytes(f, rows[m], cols[m]), kBlobAlign);
+  }
+  return static_cast<int64_t>(Up(off, kRecordAlign));
+}
+
+// The plan's model-dependent inputs, from a container or a checkpoint + policy.
+struct Layout {
+  std::vector<Part> parts;
+  int64_t record_bytes = 0;
+  std::string policy;
+  std::vector<FileRange> probe;  // real resident bytes for the disk probe
+};
+
+absl::StatusOr<Layout> FromContainer(const std::string& dir, const ModelConfig& c, const LoadOptions& lo) {
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Container> ct, Container::Open(dir));
+  MOE_ASSIGN_OR_RETURN(std::vector<PlannedTensor> planned, PlanResidentParts(*ct, c, lo));
+  Layout out;
+  out.policy = ct->info().policy;
+  uint64_t probe_bytes = 0;
+  for (const PlannedTensor& t : planned) {
+    MOE_ASSIGN_OR_RETURN(TensorClass cls, Classify(t.name, c.num_hidden_layers));
+    out.parts.push_back({t.name, std::string(CensusGroup(cls)), t.format, t.bytes, t.mapped,
+                         cls.role == TensorRole::kEmbedding});
+    const ContainerTensor* ctt = ct->Find(t.name);
+    if (ctt != nullptr && probe_bytes < (256ull << 20) && ctt->data_bytes >= (4ull << 20)) {
+      const uint64_t n = std::min<uint64_t>(ctt->data_bytes, 64ull << 20);
+      out.probe.push_back({ct->file_path(ctt->file), ctt->data_offset, n});
+      probe_bytes += n;
+    }
+  }
+  for (int l = 0; l < c.num_hidden_layers && out.record_bytes == 0; ++l) {
+    if (!c.layer_is_moe[l]) continue;
+    const ExpertRecordInfo* r = ct->FindExpert(l, 0);
+    if (r == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": no expert record for layer ", l));
+    out.record_bytes = static_cast<int64_t>(r->length);
+  }
+  return out;
+}
+
+// A checkpoint converted with `policy`: each tensor's stored format, and how
+// the loader then holds it (forced-f32 tensors stored in another format are
+// private f32 copies).
+absl::StatusOr<Layout> FromCheckpoint(const std::string& dir, const ModelConfig& c, const LoadOptions& lo,
+                                      const ConvertPolicy& policy) {
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> ck, OpenCheckpoint(dir));
+  MOE_ASSIGN_OR_RETURN(std::vector<PlannedTensor> planned, PlanResidentParts(*ck, c, lo));
+  Layout out;
+  out.policy = policy.ToString();
+  uint64_t probe_bytes = 0;
+  for (const PlannedTensor& t : planned) {
+    MOE_ASSIGN_OR_RETURN(TensorClass cls, Classify(t.name, c.num_hidden_layers));
+    const bool matrix = t.rows > 1;
+    const QFormat stored = policy.FormatFor(cls, matrix ? 2 : 1);
+    // The loader forces f32 where it recorded f32 for a matrix (router, weights_proj).
+    const bool forced = matrix && t.format == QFormat::kF32;
+    const QFormat held = forced ? QFormat::kF32 : stored;
+    const bool mapped = !forced || stored == QFormat::kF32;
+    out.parts.push_back({t.name, std::string(CensusGroup(cls)), held, StoredMatrixBytes(held, t.rows, t.cols), mapped,
+                         cls.role == TensorRole::kEmbedding});
+    const TensorInfo* ti = ck->Find(t.name);
+    if (ti != nullptr && probe_bytes < (256ull << 20) && ti->nbytes >= (4ull << 20)) {
+      const uint64_t n = std::min<uint64_t>(ti->nbytes, 64ull << 20);
+      out.probe.push_back({ck->file(ti->file).path, ti->offset, n});
+      probe_bytes += n;
+    }
+  }
+  out.record_bytes = RecordBytes(policy.experts, c.hidden_size, c.moe_intermediate_size);
+  return out;
+}
+
+std::string FormatsOf(const std::vector<QFormat>& fs) {
+  std::vector<std::string> names;
+  for (QFormat f : fs) names.emplace_back(Name(f));
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string s;
+  for (const auto& n : names) absl::StrAppend(&s, s.empty() ? "" : "+", n);
+  return s;
+}
+
+struct Fit {
+  ServingPlan plan;
+  absl::Status status;
+};
+
+// Lays out one Layout in the request's RAM; status says what does not fit.
+Fit Place(const PlanRequest& r, const ModelConfig& c, const Layout& lay, const std::string& kind) {
+  Fit fit;
+  ServingPlan& p = fit.plan;
+  p.model_dir = r.model_dir;
+  p.model_type = c.model_type;
+  p.kind = kind;
+  p.policy = lay.policy;
+  p.num_layers = c.num_hidden_layers;
+  for (int l = 0; l < c.num_hidden_layers; ++l) p.moe_layers += c.layer_is_moe[l];
+  p.top_k = c.num_experts_per_tok;
+  p.experts_per_layer = c.n_routed_experts;
+  p.ram_bytes = r.ram_bytes;
+  p.workers = std::max(1, r.workers);
+  p.expertd = r.expertd;
+  p.kv_dtype = r.kv_dtype;
+  p.load_mtp = r.load_mtp;
+  p.max_position_embeddings = c.max_position_embeddings;
+  std::map<std::string, std::vector<QFormat>> formats;
+  for (const Part& t : lay.parts) {
+    PlanPart& g = p.resident[t.group];
+    g.bytes += t.bytes;
+    ++g.tensors;
+    formats[t.group].push_back(t.format);
+    if (t.embedding) {
+      p.embedding_bytes += t.bytes;
+      p.embedding_row_bytes = t.bytes / std::max<int64_t>(c.vocab_size, 1);
+      g.per_token_bytes += p.embedding_row_bytes;
+      continue;
+    }
+    if (t.group != "mtp") g.per_token_bytes += t.bytes;
+    (t.mapped ? p.shared_bytes : p.private_bytes) += t.bytes;
+  }
+  for (auto& [g, part] : p.resident) part.formats = FormatsOf(formats[g]);
+  const int64_t e = r.kv_dtype == KvDtype::kF32 ? 4 : 2;
+  int64_t kv_latent = 0, kv_index = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    kv_latent += (c.kv_lora_rank + c.qk_rope_head_dim) * e;
+    if (c.has_indexer && c.indexer_full[l]) kv_index += c.index_head_dim * e;
+  }
+  p.kv_bytes_per_token = kv_latent + kv_index;
+  p.expert_record_bytes = lay.record_bytes;
+  p.expert_records = static_cast<int64_t>(p.moe_layers) * c.n_routed_experts;
+  const int W = p.workers;
+  // The expert cache must hold what the workers lease at once (one layer's
+  // top-k each) plus one layer being prefetched.
+  p.expert_cache_min_bytes = static_cast<int64_t>(r.expertd ? W + 1 : 2) * p.top_k * p.expert_record_bytes;
+  p.overhead_bytes = static_cast<int64_t>(r.process_overhead_bytes) * (W + (r.expertd ? 1 : 0)) +
+                     static_cast<int64_t>(r.reserve_bytes);
+  const int64_t ram = static_cast<int64_t>(r.ram_bytes);
+  const int64_t caches_min = p.expert_cache_min_bytes * (r.expertd ? 1 : W);
+  const int64_t fixed = p.shared_bytes + W * p.private_bytes + p.overhead_bytes;
+  const int64_t left = ram - fixed - caches_min;
+  auto parts_text = [&] {
+    std::string s;
+    for (const auto& [g, part] : p.resident) {
+      if (g == "embeddings") continue;
+      absl::StrAppend(&s, s.empty() ? "" : ", ", g, " ", Gb(part.bytes), " ", part.formats);
+    }
+    return s;
+  };
+  if (left < p.kv_bytes_per_token * W) {
+    fit.status = absl::ResourceExhaustedError(absl::StrCat(
+        "does not fit in ", Gb(ram), ": the resident weights take ", Gb(p.shared_bytes + W * p.private_bytes), " (",
+        parts_text(), "; embedding table ", Gb(p.embedding_bytes), " not resident), process overheads and reserve ",
+        Gb(p.overhead_bytes), ", the minimum expert cache ", Gb(caches_min), " (", r.expertd ? W + 1 : 2, " x top-",
+        p.top_k, " experts of ", Gb(p.expert_record_bytes), "): ", Gb(fixed + caches_min), ", nothing left for KV"));
+    return fit;
+  }
+  p.context_max = std::min<int64_t>(c.max_position_embeddings, left / (W * p.kv_bytes_per_token));
+  if (r.context > 0) {
+    if (r.context > c.max_position_embeddings) {
+      fit.status = absl::InvalidArgumentError(absl::StrCat("context ", r.context, " exceeds the model's ",
+                                                           c.max_position_embeddings, " positions"));
+      return fit;
+    }
+    if (r.context > p.context_max) {
+      fit.status = absl::ResourceExhaustedError(absl::StrCat(
+          "does not fit in ", Gb(ram), ": the KV cache for ", r.context, " tokens x ", W, " worker(s) takes ",
+          Gb(r.context * p.kv_bytes_per_token * W), " (", p.kv_bytes_per_token, " B/token) but ", Gb(left),
+          " are left after the resident weights (", Gb(p.shared_bytes + W * p.private_bytes),
+          "), overheads and the minimum expert cache; at most ", p.context_max, " tokens fit"));
+      return fit;
+    }
+    p.context = r.context;
+  } else {
+    p.context = std::min(kDefaultContext, p.context_max);
+  }
+  const int64_t total_experts = p.expert_records * p.expert_record_bytes;
+  const int64_t rest = ram - fixed - W * p.context * p.kv_bytes_per_token;
+  p.expert_cache_bytes = std::min(total_experts, r.expertd ? rest : rest / W);
+  // Hit rate of a cache holding `slots` experts: the most popular ones (or a uniform share).
+  const int64_t slots = p.expert_record_bytes > 0 ? p.expert_cache_bytes / p.expert_record_bytes : 0;
+  if (!r.expert_popularity.empty()) {
+    std::vector<double> pop = r.expert_popularity;
+    std::sort(pop.begin(), pop.end(), std::greater<double>());
+    double sum = 0, top = 0;
+    for (size_t i = 0; i < pop.size(); ++i) {
+      sum += pop[i];
+      if (static_cast<int64_t>(i) < slots) top += pop[i];
+    }
+    p.hit_rate = sum > 0 ? top / sum : 0;
+    p.hit_rate_source = r.popularity_source.empty() ? "routing trace" : r.popularity_source;
+  } else {
+    p.hit_rate = p.expert_records > 0 ? std::min(1.0, static_cast<double>(slots) / p.expert_records) : 0;
+    p.hit_rate_source = "uniform";
+  }
+  // Per decode token (batch 1) at the planned context.
+  int64_t dense = 0;
+  for (const auto& [g, part] : p.resident) dense += part.per_token_bytes;
+  const int64_t T = p.context;
+  const int64_t attended = c.has_indexer ? std::min<int64_t>(T, c.index_topk) : T;
+  p.kv_read_bytes_per_token = attended * kv_latent + T * kv_index;
+  const int64_t experts = static_cast<int64_t>(p.top_k) * p.moe_layers * p.expert_record_bytes;
+  p.expert_ram_bytes_per_token = static_cast<int64_t>(std::llround(p.hit_rate * experts));
+  p.disk_bytes_per_token = experts - p.expert_ram_bytes_per_token;
+  p.ram_bytes_per_token = dense + p.kv_read_bytes_per_token + p.expert_ram_bytes_per_token;
+  return fit;
+}
+
+void Finish(ServingPlan& p, double mem, double disk, bool measured) {
+  p.mem_gbps = mem;
+  p.disk_gbps = disk;
+  p.bandwidth_measured = measured;
+  const double tr = mem > 0 ? p.ram_bytes_per_token / (mem * 1e9) : 0;
+  const double td = disk > 0 ? p.disk_bytes_per_token / (disk * 1e9) : 0;
+  p.floor_tokens_per_second = std::max(tr, td) > 0 ? 1.0 / std::max(tr, td) : 0;
+  p.floor_serial_tokens_per_second = tr + td > 0 ? 1.0 / (tr + td) : 0;
+}
+
+const char* KvName(KvDtype d) { return d == KvDtype::kF32 ? "f32" : "bf16"; }
+
+}  // namespace
+
+int64_t ServingPlan::TotalBytes() const {
+  return shared_bytes + workers * private_bytes + overhead_bytes + workers * context * kv_bytes_per_token +
+         (expertd ? expert_cache_bytes : workers * expert_cache_bytes);
+}
+
+absl::StatusOr<ServingPlan> MakeServingPlan(const PlanRequest& r) {
+  if (r.ram_bytes == 0) return absl::InvalidArgumentError("a RAM budget is required (--ram)");
+  if (r.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
+  if (r.workers > 1 && !r.expertd)
+    return absl::InvalidArgumentError("several workers share routed experts through expertd: give --expertd");
+  MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(r.model_dir));
+  LoadOptions lo;
+  lo.load_mtp = r.load_mtp;
+  Fit fit;
+  std::vector<FileRange> probe;
+  if (IsContainerDir(r.model_dir)) {
+    MOE_ASSIGN_OR_RETURN(Layout lay, FromContainer(r.model_dir, c, lo));
+    fit = Place(r, c, lay, "container");
+    MOE_ASSIGN_OR_RETURN(json m, ReadJsonFile(r.model_dir + "/" + std::string(kManifestFileName)));
+    fit.plan.container_plan_id = m.value("plan", "");
+    if (!fit.status.ok() && absl::IsResourceExhausted(fit.status)) {
+      // The formats are fixed by the conversion: say what would help.
+      auto int4 = ConvertPolicy::Named("dense-int4");
+      const bool is_int4 = int4.ok() && fit.plan.policy == int4->ToString();
+      return Annotate(fit.status, absl::StrCat(r.model_dir, " (stored formats ", fit.plan.policy, ")",
+                                               is_int4 ? "" : "; `moe convert --policy dense-int4` stores attention, "
+                                                              "dense MLP and shared experts at int4"));
+    }
+    probe = lay.probe;
+  } else {
+    absl::Status last;
+    for (const char* name : {"dense-int8", "dense-int4"}) {
+      MOE_ASSIGN_OR_RETURN(ConvertPolicy pol, ConvertPolicy::Named(name));
+      MOE_ASSIGN_OR_RETURN(Layout lay, FromCheckpoint(r.model_dir, c, lo, pol));
+      lay.policy = name;
+      fit = Place(r, c, lay, "checkpoint");
+      probe = lay.probe;
+      if (fit.status.ok()) break;
+      last = fit.status;
+      if (!absl::IsResourceExhausted(fit.status)) break;
+    }
+    if (!fit.status.ok())
+      return Annotate(fit.status, absl::StrCat(r.model_dir, " even with the dense-int4 policy"));
+  }
+  MOE_RETURN_IF_ERROR(fit.status);
+  double mem = r.mem_gbps, disk = r.disk_gbps;
+  const bool measured = mem <= 0 || disk <= 0;
+  // A plan for this machine (bandwidths measured here) must fit its memory;
+  // one for another machine (both bandwidths given) is not checked here.
+  const int64_t total = MemInfoBytes("MemTotal");
+  if (measured && total > 0 && static_cast<int64_t>(r.ram_bytes) > total)
+    return absl::ResourceExhaustedError(absl::StrCat("the RAM budget ", Gb(static_cast<int64_t>(r.ram_bytes)),
+                                                     " exceeds this machine's memory (MemTotal ", Gb(total), ")"));
+  if (mem <= 0) mem = ProbeMemoryReadFresh(512ull << 20, 2, 3).wall_gbps;
+  if (disk <= 0) {
+    MOE_ASSIGN_OR_RETURN(disk, ProbeDiskRead(probe, 16ull << 20, 4));
+  }
+  Finish(fit.plan, mem, disk, measured);
+  return fit.plan;
+}
+
+std::string ServingPlan::ToText() const {
+  std::string s = absl::StrCat("plan for ", model_dir, " (", model_type, " ", kind, ", ", policy, ") in ",
+                               Gb(static_cast<int64_t>(ram_bytes)), ", ", workers, " worker(s)",
+                               expertd ? " + expertd" : "", "\n");
+  absl::StrAppend(&s, "resident (shared page cache ", Gb(shared_bytes), ", per worker ", Gb(private_bytes), "):\n");
+  for (const auto& [g, part] : resident) {
+    absl::StrAppend(&s, "  ", g, ": ", Gb(part.bytes), " ", part.formats, ", read per token ",
+                    Gb(part.per_token_bytes), g == "embeddings" ? " (not resident: one row per token)" : "",
+                    g == "mtp" ? " (read only when drafting)" : "", "\n");
+  }
+  absl::StrAppend(&s, "KV: ", kv_bytes_per_token, " B/token (", KvName(kv_dtype), "); context ", context,
+                  " tokens per worker = ", Gb(context * kv_bytes_per_token), "; at most ", context_max, " fit (model: ",
+                  max_position_embeddings, ")\n");
+  absl::StrAppend(&s, "expert cache: ", Gb(expert_cache_bytes), expertd ? " in expertd" : " per worker", " = ",
+                  expert_record_bytes > 0 ? expert_cache_bytes / expert_record_bytes : 0, " of ", expert_records,
+                  " experts (", Gb(expert_record_bytes), " each; minimum ", Gb(expert_cache_min_bytes),
+                  "); hit rate ", absl::SixDigits(hit_rate), " (", hit_rate_source, ")\n");
+  absl::StrAppend(&s, "overheads + reserve: ", Gb(overhead_bytes), "; total placed ", Gb(TotalBytes()), "\n");
+  absl::StrAppend(&s, "per token: RAM ", Gb(ram_bytes_per_token), " (KV ", Gb(kv_read_bytes_per_token),
+                  ", cached experts ", Gb(expert_ram_bytes_per_token), "), disk ", Gb(disk_bytes_per_token), "\n");
+  absl::StrAppend(&s, "bandwidth", bandwidth_measured ? " (measured now)" : "", ": memory ", absl::SixDigits(mem_gbps),
+                  " GB/s, disk ", absl::SixDigits(disk_gbps), " GB/s; floor ",
+                  absl::SixDigits(floor_tokens_per_second), " tok/s (RAM and disk overlapped), ",
+                  absl::SixDigits(floor_serial_tokens_per_second), " tok/s (serial)\n");
+  return s;
+}
+
+std::string ServingPlan::ToJson() const {
+  json res = json::object();
+  for (const auto& [g, part] : resident)
+    res[g] = {{"formats", part.formats}, {"bytes", part.bytes}, {"per_token_bytes", part.per_token_bytes},
+              {"tensors", part.tensors}};
+  json j = {{"kind", "moestream-serving-plan"},
+            {"version", 1},
+            {"model", {{"dir", model_dir}, {"model_type", model_type}, {"kind", kind},
+                       {"container_plan_id", container_plan_id}, {"policy", policy}, {"num_layers", num_layers},
+                       {"moe_layers", moe_layers}, {"top_k", top_k}, {"experts_per_layer", experts_per_layer}}},
+            {"request", {{"ram_bytes", ram_bytes}, {"workers", workers}, {"expertd", expertd},
+                         {"kv_dtype", KvName(kv_dtype)}, {"load_mtp", load_mtp}}},
+            {"resident", {{"shared_bytes", shared_bytes}, {"private_bytes_per_worker", private_bytes},
+                          {"embedding_bytes", embedding_bytes}, {"embedding_row_bytes", embedding_row_bytes},
+                          {"by_role", res}}},
+            {"kv", {{"bytes_per_token", kv_bytes_per_token}, {"context", context}, {"context_max", context_max},
+                    {"max_position_embeddings", max_position_embeddings}}},
+            {"expert_cache", {{"bytes", expert_cache_bytes}, {"min_bytes", expert_cache_min_bytes},
+                              {"record_bytes", expert_record_bytes}, {"records", expert_records},
+                              {"hit_rate", hit_rate}, {"hit_rate_source", hit_rate_source}}},
+            {"overhead_bytes", overhead_bytes},
+            {"total_bytes", TotalBytes()},
+            {"per_token", {{"ram_bytes", ram_bytes_per_token}, {"kv_read_bytes", kv_read_bytes_per_token},
+                           {"expert_ram_bytes", expert_ram_bytes_per_token}, {"disk_bytes", disk_bytes_per_token}}},
+            {"bandwidth", {{"memory_gbps", mem_gbps}, {"disk_gbps", disk_gbps}, {"measured", bandwidth_measured}}},
+            {"floor_tokens_per_second", floor_tokens_per_second},
+            {"floor_serial_tokens_per_second", floor_serial_tokens_per_second}};
+  return j.dump(1) + "\n";
+}
+
+absl::StatusOr<ServingPlan> ParseServingPlan(const std::string& text, const std::string& source) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("kind", "") != "moestream-serving-plan")
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a serving plan (moe plan --json)"));
+  ServingPlan p;
+  try {
+    if (j.at("version").get<int>() != 1) return absl::InvalidArgumentError(absl::StrCat(source, ": plan version"));
+    const json& m = j.at("model");
+    p.model_dir = m.at("dir").get<std::string>();
+    p.model_type = m.at("model_type").get<std::string>();
+    p.kind = m.at("kind").get<std::string>();
+    p.container_plan_id = m.at("container_plan_id").get<std::string>();
+    p.policy = m.at("policy").get<std::string>();
+    p.num_layers = m.at("num_layers").get<int>();
+    p.moe_layers = m.at("moe_layers").get<int>();
+    p.top_k = m.at("top_k").get<int>();
+    p.experts_per_layer = m.at("experts_per_layer").get<int>();
+    const json& q = j.at("request");
+    p.ram_bytes = q.at("ram_bytes").get<uint64_t>();
+    p.workers = q.at("workers").get<int>();
+    p.expertd = q.at("expertd").get<bool>();
+    const std::string kv = q.at("kv_dtype").get<std::string>();
+    if (kv != "f32" && kv != "bf16") return absl::InvalidArgumentError(absl::StrCat(source, ": kv_dtype '", kv, "'"));
+    p.kv_dtype = kv == "f32" ? KvDtype::kF32 : KvDtype::kBF16;
+    p.load_mtp = q.at("load_mtp").get<bool>();
+    const json& res = j.at("resident");
+    p.shared_bytes = res.at("shared_bytes").get<int64_t>();
+    p.private_bytes = res.at("private_bytes_per_worker").get<int64_t>();
+    p.embedding_bytes = res.at("embedding_bytes").get<int64_t>();
+    p.embedding_row_bytes = res.at("embedding_row_bytes").get<int64_t>();
+    for (const auto& [g, v] : res.at("by_role").items())
+      p.resident[g] = {v.at("formats").get<std::string>(), v.at("bytes").get<int64_t>(),
+                       v.at("per_token_bytes").get<int64_t>(), v.at("tensors").get<int>()};
+    const json& kvj = j.at("kv");
+    p.kv_bytes_per_token = kvj.at("bytes_per_token").get<int64_t>();
+    p.context = kvj.at("context").get<int64_t>();
+    p.context_max = kvj.at("context_max").get<int64_t>();
+    p.max_position_embeddings = kvj.at("max_position_embeddings").get<int64_t>();
+    const json& ec = j.at("expert_cache");
+    p.expert_cache_bytes = ec.at("bytes").get<int64_t>();
+    p.expert_cache_min_bytes = ec.at("min_bytes").get<int64_t>();
+    p.expert_record_bytes = ec.at("record_bytes").get<int64_t>();
+    p.expert_records = ec.at("records").get<int64_t>();
+    p.hit_rate = ec.at("hit_rate").get<double>();
+    p.hit_rate_source = ec.at("hit_rate_source").get<std::string>();
+    p.overhead_bytes = j.at("overhead_bytes").get<int64_t>();
+    const json& pt = j.at("per_token");
+    p.ram_bytes_per_token = pt.at("ram_bytes").get<int64_t>();
+    p.kv_read_bytes_per_token = pt.at("kv_read_bytes").get<int64_t>();
+    p.expert_ram_bytes_per_token = pt.at("expert_ram_bytes").get<int64_t>();
+    p.disk_bytes_per_token = pt.at("disk_bytes").get<int64_t>();
+    const json& bw = j.at("bandwidth");
+    p.mem_gbps = bw.at("memory_gbps").get<double>();
+    p.disk_gbps = bw.at("disk_gbps").get<double>();
+    p.bandwidth_measured = bw.at("measured").get<bool>();
+    p.floor_tokens_per_second = j.at("floor_tokens_per_second").get<double>();
+    p.floor_serial_tokens_per_second = j.at("floor_serial_tokens_per_second").get<double>();
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": malformed serving plan: ", e.what()));
+  }
+  if (p.context < 1 || p.workers < 1 || p.expert_cache_bytes < 0)
+    return absl::InvalidArgumentError(absl::StrCat(source, ": context, workers and expert cache must be positive"));
+  return p;
+}
+
+absl::StatusOr<ServingPlan> LoadServingPlan(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--plan ", path, ": cannot open"));
+  return ParseServingPlan(std::string(std::istreambuf_iterator<char>(in), {}), path);
+}
+
+absl::Status CheckPlanMatchesModel(const ServingPlan& p, const std::string& model_dir) {
+  MOE_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(model_dir));
+  const bool container = IsContainerDir(model_dir);
+  std::string id;
+  if (container) {
+    MOE_ASSIGN_OR_RETURN(json m, ReadJsonFile(model_dir + "/" + std::string(kManifestFileName)));
+    id = m.value("plan", "");
+  }
+  if (c.model_type != p.model_type || c.num_hidden_layers != p.num_layers ||
+      (container ? "container" : "checkpoint") != p.kind || id != p.container_plan_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the serving plan was made for ", p.model_dir, " (", p.model_type, " ", p.kind, ", ", p.num_layers,
+        " layers, conversion plan '", p.container_plan_id, "'), not for ", model_dir, " (", c.model_type, " ",
+        container ? "container" : "checkpoint", ", ", c.num_hidden_layers, " layers, conversion plan '", id,
+        "'): run moe plan for this model"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe
