@@ -2,7 +2,7 @@
 // logic lives in common/expertstore (ExpertStore) and ExpertdService.
 //
 //   expertd --model CONTAINER_DIR | --manifest FILE  --socket /run/moe/expertd.sock
-//           --budget 12G [--top-k 8] [--queue-depth 8] [--io auto|uring|pread]
+//           --budget 12G | --plan PLAN.json  [--top-k 8] [--queue-depth 8] [--io auto|uring|pread]
 //           [--heat-file FILE] [--metrics-addr 127.0.0.1:9464]
 //
 // Listens only on a unix socket (gRPC) plus SOCKET.session (fd passing and
@@ -18,9 +18,11 @@
 #include "common/base/flags.h"
 #include "common/base/service_main.h"
 #include "common/base/log.h"
+#include "common/base/status.h"
 #include "common/expertstore/container_locator.h"
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
+#include "common/format/serving_plan.h"
 #include "services/expertd/expertd_service.h"
 #include "services/expertd/metrics.h"
 #include "services/expertd/session_channel.h"
@@ -34,7 +36,7 @@ int Fail(const absl::Status& s) {
 
 int Main(int argc, char** argv) {
   using namespace moe;
-  std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, policy = "heat";
+  std::string model_dir, manifest, socket_path, io_kind = "auto", heat_file, metrics_addr, policy = "heat", plan_file;
   uint64_t budget = 0, chunk = 2ull << 20;
   int64_t top_k = 8, qd = 8, max_sessions = 16, wait_ms = 10000, spec_inflight = 1;
   bool page_cache = true, populate = false, register_buffers = true, prefetch_gate = true, huge_pages = false;
@@ -44,6 +46,9 @@ int Main(int argc, char** argv) {
   flags.AddString("manifest", &manifest, "or: a text manifest of expert records (tests, synthetic models)");
   flags.AddString("socket", &socket_path, "unix socket path for gRPC (SOCKET.session is used too)");
   flags.AddBytes("budget", &budget, "bytes of shared memory for expert slabs (sized once at start)");
+  flags.AddString("plan", &plan_file,
+                  "a serving plan of --model (moe plan --expertd ... --out FILE): its expert cache is the budget, its "
+                  "top-k and workers set --top-k and the sessions it needs");
   flags.AddInt("top-k", &top_k, "experts per layer per token; the budget must hold one layer's top-k");
   flags.AddInt("queue-depth", &qd, "reads in flight");
   flags.AddBytes("chunk", &chunk, "bytes per read request (records are split into chunks)");
@@ -69,7 +74,25 @@ int Main(int argc, char** argv) {
   if (manifest.empty() == model_dir.empty())
     return Fail(absl::InvalidArgumentError("give exactly one of --model DIR or --manifest FILE"));
   if (socket_path.empty()) return Fail(absl::InvalidArgumentError("--socket is required (a unix socket path)"));
-  if (budget == 0) return Fail(absl::InvalidArgumentError("--budget is required (e.g. --budget 12G)"));
+  if (!plan_file.empty()) {
+    if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--plan needs --model (the container it plans)"));
+    for (const char* f : {"budget", "top-k"})
+      if (flags.WasSet(f)) return Fail(absl::InvalidArgumentError(absl::StrCat("give --plan or --", f, ", not both")));
+    auto plan = LoadServingPlan(plan_file);
+    if (!plan.ok()) return Fail(plan.status());
+    if (auto s = CheckPlanMatchesModel(*plan, model_dir); !s.ok()) return Fail(Annotate(s, "--plan"));
+    if (!plan->expertd)
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--plan ", plan_file, " keeps routed experts in each worker (made without --expertd): it has no cache for expertd")));
+    budget = static_cast<uint64_t>(plan->expert_cache_bytes);
+    top_k = plan->top_k;
+    if (max_sessions < plan->workers)
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--max-sessions ", max_sessions, " is below the plan's ",
+                                                          plan->workers, " workers")));
+    MOE_LOG(INFO) << "expertd: serving plan " << plan_file << ": expert cache " << budget << " B, top-" << top_k
+                  << ", " << plan->workers << " worker(s)";
+  }
+  if (budget == 0) return Fail(absl::InvalidArgumentError("--budget is required (e.g. --budget 12G), or --plan"));
   if (top_k < 1 || max_sessions < 1 || max_sessions > 4096)
     return Fail(absl::InvalidArgumentError("--top-k / --max-sessions out of range"));
   if (spec_inflight < 0 || spec_inflight > 4096)

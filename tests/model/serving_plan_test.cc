@@ -1,4 +1,4 @@
-// The serving plan (common/model/serving_plan.h) on a narrow GLM-5 container
+// The serving plan (common/model/serving_planner.h) on a narrow GLM-5 container
 // made by moe synth: it counts what the loader takes, splits shared mapped
 // bytes from per-worker copies, sizes the context and the expert cache,
 // derives per-token bytes and the floor, refuses what does not fit naming
@@ -11,7 +11,7 @@
 
 #include "common/format/synth_model.h"
 #include "common/model/engine.h"
-#include "common/model/serving_plan.h"
+#include "common/model/serving_planner.h"
 #include "gtest/gtest.h"
 #include "tests/format/synth_fixture.h"
 

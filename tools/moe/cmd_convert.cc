@@ -8,6 +8,7 @@
 #include "common/base/flags.h"
 #include "common/base/status.h"
 #include "common/format/convert.h"
+#include "common/model/serving_planner.h"
 #include "nlohmann/json.hpp"
 #include "tools/moe/commands.h"
 #include "tools/moe/policy_flags.h"
@@ -15,7 +16,7 @@
 namespace moe::cli {
 
 int RunConvert(int argc, char** argv) {
-  std::string in, out, verify = "full";
+  std::string in, out, verify = "full", plan_file;
   bool delete_source = false, progress = isatty(STDERR_FILENO) != 0, json = false;
   int64_t max_shards = -1;
   PolicyFlags policy;
@@ -26,6 +27,9 @@ int RunConvert(int argc, char** argv) {
   flags.AddString("in", &in, "input checkpoint directory (config.json + safetensors shards)");
   flags.AddString("out", &out, "output container directory");
   policy.Add(flags);
+  flags.AddString("plan", &plan_file,
+                  "a serving plan of this checkpoint (moe plan --model HF_DIR --ram ... --out FILE): convert with "
+                  "the policy it chose");
   flags.AddBool("delete-source", &delete_source,
                 "delete each input shard once every output that reads it is durably written");
   flags.AddString("verify", &verify, "on resume, check finished shards: full (all CRCs) or quick");
@@ -48,6 +52,22 @@ int RunConvert(int argc, char** argv) {
   auto pol = policy.Resolve();
   if (!pol.ok()) return Fail("convert", pol.status());
   o.policy = *pol;
+  if (!plan_file.empty()) {
+    for (const char* f : {"policy", "experts-format", "attention-format", "dense-format", "shared-format",
+                          "indexer-format", "embed-format", "lm-head-format", "mtp-format"}) {
+      if (flags.WasSet(f))
+        return Fail("convert", absl::InvalidArgumentError(absl::StrCat("give --plan or --", f, ", not both")));
+    }
+    auto plan = LoadServingPlan(plan_file);
+    if (!plan.ok()) return Fail("convert", plan.status());
+    if (auto s = CheckPlanMatchesModel(*plan, in); !s.ok()) return Fail("convert", Annotate(s, "--plan"));
+    auto named = ConvertPolicy::Named(plan->policy);
+    if (!named.ok())
+      return Fail("convert", absl::InvalidArgumentError(absl::StrCat(
+                                 "--plan ", plan_file, ": policy '", plan->policy,
+                                 "' is not a conversion policy (was the plan made for a container?)")));
+    o.policy = *named;
+  }
   o.in_dir = in;
   o.out_dir = out;
   o.delete_source = delete_source;

@@ -1,5 +1,5 @@
 // moe plan --model DIR --ram BYTES [--context N] [--workers N --expertd] [--json] [--out FILE]:
-// the serving plan (common/model/serving_plan.h, docs/PLAN.md) - resident
+// the serving plan (common/model/serving_planner.h, docs/PLAN.md) - resident
 // formats and bytes, KV per token and the context that fits, the expert
 // cache and its hit rate, bytes per token from RAM and disk, the floor tok/s
 // from bandwidths measured now. `--out FILE` writes the plan that moe run,
@@ -14,7 +14,7 @@
 #include "common/base/flags.h"
 #include "common/base/status.h"
 #include "common/expertstore/cache_sim.h"
-#include "common/model/serving_plan.h"
+#include "common/model/serving_planner.h"
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
