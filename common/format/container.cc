@@ -1,13 +1,17 @@
 #include "common/format/container.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -196,6 +200,7 @@ absl::StatusOr<ContainerInfo> ParseContainerManifest(std::string_view text, cons
       return Loss(path, "negative num_hidden_layers or n_routed_experts");
     }
     info.policy = m.value("policy", "");
+    info.plan = m.value("plan", "");
     for (const auto& s : m.at("shards")) {
       std::string file = s.at("file").get<std::string>();
       if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
@@ -220,6 +225,8 @@ absl::StatusOr<std::unique_ptr<Container>> Container::Open(const std::string& di
   std::string text((std::istreambuf_iterator<char>(in)), {});
   std::unique_ptr<Container> c(new Container);
   MOE_ASSIGN_OR_RETURN(c->info_, ParseContainerManifest(text, mpath));
+  c->plan_ = c->info_.plan;
+  c->dir_ = dir;
   OpenOptions opt;
   opt.check_fp8_scales = false;
   MOE_ASSIGN_OR_RETURN(c->reader_, SafetensorsReader::Open(dir, opt));
@@ -353,14 +360,121 @@ absl::StatusOr<std::shared_ptr<FileMapping>> MapWholeFile(const std::string& pat
 
 }  // namespace
 
+// ---- once-per-shard checks -------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kStampDir = ".moestream-verified";
+
+// What a stamp vouches for: this file, unchanged since it was checked.
+absl::StatusOr<std::string> StampText(const std::string& path, const std::string& plan) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": stat: ", std::strerror(errno)));
+  return absl::StrCat("moestream-verified 1 plan=", plan, " size=", static_cast<uint64_t>(st.st_size),
+                      " mtime_ns=", static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + st.st_mtim.tv_nsec,
+                      " ino=", static_cast<uint64_t>(st.st_ino), " dev=", static_cast<uint64_t>(st.st_dev), "\n");
+}
+
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return in ? std::string(std::istreambuf_iterator<char>(in), {}) : std::string();
+}
+
+}  // namespace
+
+Container::VerifyStats Container::verify_stats() const {
+  std::lock_guard<std::mutex> lock(check_mu_);
+  return verify_stats_;
+}
+
+absl::Status Container::EnsureChecked(int file) const {
+  std::lock_guard<std::mutex> lock(check_mu_);
+  if (checked_.size() < static_cast<size_t>(reader_->num_files())) checked_.resize(reader_->num_files(), false);
+  if (checked_[file]) return absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string& path = file_path(file);
+  const std::string name = std::filesystem::path(path).filename().string();
+  const std::string sdir = dir_ + "/" + std::string(kStampDir);
+  const std::string stamp = sdir + "/" + name;
+  MOE_ASSIGN_OR_RETURN(const std::string want, StampText(path, plan_));
+  // Stamps need a writable container directory; without one every process checks.
+  int lock_fd = -1;
+  if (::mkdir(sdir.c_str(), 0755) == 0 || errno == EEXIST) {
+    lock_fd = ::open((stamp + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);  // a worker checking this shard now: wait for it
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd);  // releases the flock
+    }
+  } unlock{lock_fd};
+  auto done = [&] {
+    checked_[file] = true;
+    verify_stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (lock_fd >= 0 && ReadSmallFile(stamp) == want) {
+    ++verify_stats_.shards_stamped;
+    done();
+    return absl::OkStatus();
+  }
+  constexpr uint64_t kChunk = 8ull << 20;
+  std::vector<uint8_t> buf(kChunk);
+  const int drop_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  bool all_good = true;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const ContainerTensor& t = tensors_[i];
+    if (t.file != file || t.expert >= 0) continue;  // records are checked on every read
+    uint32_t crc = 0;
+    absl::Status s;
+    for (auto [off, len] : {std::pair{t.data_offset, t.data_bytes}, std::pair{t.scales_offset, t.scales_bytes}}) {
+      for (uint64_t at = 0; s.ok() && at < len; at += kChunk) {
+        const uint64_t n = std::min(kChunk, len - at);
+        s = reader_->ReadRange(file, off + at, n, buf.data());
+        if (s.ok()) crc = crc32c::Extend(crc, buf.data(), n);
+      }
+    }
+    verify_stats_.bytes_checked += t.data_bytes + t.scales_bytes;
+    if (s.ok() && crc32c::Mask(crc) != t.crc) s = Loss(path, absl::StrCat("tensor '", t.name, "': CRC32C mismatch"));
+    if (!s.ok()) {
+      bad_[static_cast<int>(i)] = s;
+      all_good = false;
+    }
+    // Embedding tables: one row per token is read; do not keep them in RAM.
+    if (t.role == RoleName(TensorRole::kEmbedding) && drop_fd >= 0) {
+      ::posix_fadvise(drop_fd, static_cast<off_t>(t.data_offset), static_cast<off_t>(t.data_bytes), POSIX_FADV_DONTNEED);
+      if (t.scales_bytes > 0)
+        ::posix_fadvise(drop_fd, static_cast<off_t>(t.scales_offset), static_cast<off_t>(t.scales_bytes),
+                        POSIX_FADV_DONTNEED);
+    }
+  }
+  if (drop_fd >= 0) ::close(drop_fd);
+  ++verify_stats_.shards_checked;
+  if (all_good && lock_fd >= 0) {
+    const std::string tmp = stamp + ".tmp";
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << want;
+    f.close();
+    if (!f || ::rename(tmp.c_str(), stamp.c_str()) != 0) std::remove(tmp.c_str());  // no stamp: check again next time
+  }
+  done();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Container::MappedTensor> Container::MapTensor(const ContainerTensor& t) const {
+  if (t.file < 0 || t.file >= reader_->num_files()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': file index ", t.file, " out of range"));
+  }
+  const bool record_part = t.expert >= 0;
+  if (!record_part) {
+    MOE_RETURN_IF_ERROR(EnsureChecked(t.file));
+    std::lock_guard<std::mutex> lock(check_mu_);
+    if (auto it = bad_.find(static_cast<int>(&t - tensors_.data())); it != bad_.end()) return it->second;
+  }
   std::shared_ptr<const void> keep;
   {
     std::lock_guard<std::mutex> lock(map_mu_);
     if (maps_.size() < static_cast<size_t>(reader_->num_files())) maps_.resize(reader_->num_files());
-    if (t.file < 0 || t.file >= reader_->num_files()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': file index ", t.file, " out of range"));
-    }
     if (!maps_[t.file]) {
       MOE_ASSIGN_OR_RETURN(std::shared_ptr<FileMapping> m, MapWholeFile(file_path(t.file)));
       maps_[t.file] = std::move(m);
@@ -374,16 +488,18 @@ absl::StatusOr<Container::MappedTensor> Container::MapTensor(const ContainerTens
   const uint8_t* base = static_cast<const uint8_t*>(fm->addr);
   MappedTensor out;
   out.data = base + t.data_offset;
-  uint32_t crc = crc32c::Value(out.data, t.data_bytes);
   if (t.scales_bytes > 0) {
     if (t.scales_offset % alignof(float) != 0) {
       return Loss(file_path(t.file), absl::StrCat("tensor '", t.name, "': scales are not 4-byte aligned"));
     }
     out.scales = reinterpret_cast<const float*>(base + t.scales_offset);
-    crc = crc32c::Extend(crc, out.scales, t.scales_bytes);
   }
-  if (crc32c::Mask(crc) != t.crc) {
-    return Loss(file_path(t.file), absl::StrCat("tensor '", t.name, "': CRC32C mismatch"));
+  if (record_part) {  // not covered by the shard check: checked here, through the mapping
+    uint32_t crc = crc32c::Value(out.data, t.data_bytes);
+    if (t.scales_bytes > 0) crc = crc32c::Extend(crc, out.scales, t.scales_bytes);
+    if (crc32c::Mask(crc) != t.crc) {
+      return Loss(file_path(t.file), absl::StrCat("tensor '", t.name, "': CRC32C mismatch"));
+    }
   }
   out.keep = std::move(keep);
   return out;

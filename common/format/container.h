@@ -79,6 +79,7 @@ struct ContainerInfo {
   int num_hidden_layers = 0;
   int n_routed_experts = 0;
   std::string policy;
+  std::string plan;                 // the serving plan id it was converted for ("" if none)
   std::vector<std::string> shards;  // file names, in order
 };
 
@@ -112,8 +113,18 @@ class Container {
 
   // A tensor's stored bytes mapped read-only from its shard (MAP_SHARED: every
   // process that maps the same container shares one copy in the page cache, so
-  // N workers hold the ~20 GB resident set of GLM-5 once). CRC-checked here,
-  // which also faults the pages in. Blobs are 64-byte aligned in the file.
+  // N workers hold the ~20 GB resident set of GLM-5 once). Blobs are 64-byte
+  // aligned in the file. Pages are not touched here: they fault in on use.
+  //
+  // CRC-checked once per shard and machine: the first MapTensor of a shard
+  // checks every non-expert tensor of it (read with pread, under an flock so
+  // workers starting together wait for one check instead of repeating it)
+  // and leaves a stamp in DIR/.moestream-verified/ (the shard's size, mtime,
+  // inode, device and the plan id); later processes that find a valid stamp
+  // skip the check. Embedding tables are dropped from the page cache after
+  // their check: a token reads one row, so they need not stay resident. A
+  // failed tensor is DataLoss naming it (no stamp; the others still map).
+  // Without a writable DIR every process checks.
   // `keep` holds the mapping; it may outlive the Container. The shard must not
   // be truncated while mapped (SIGBUS), which `moe convert` never does to a
   // finished container.
@@ -124,6 +135,15 @@ class Container {
   };
   absl::StatusOr<MappedTensor> MapTensor(const ContainerTensor& t) const;
 
+  // What the resident checks cost this process.
+  struct VerifyStats {
+    int shards_checked = 0;   // checked here
+    int shards_stamped = 0;   // skipped: a valid stamp from an earlier process
+    uint64_t bytes_checked = 0;
+    double seconds = 0;       // in checks (or waiting for another process's)
+  };
+  VerifyStats verify_stats() const;
+
  private:
   Container() = default;
   ContainerInfo info_;
@@ -132,9 +152,19 @@ class Container {
   std::vector<ExpertRecordInfo> records_;
   absl::flat_hash_map<std::string, int> by_name_;
   absl::flat_hash_map<int64_t, int> by_expert_;
+  // Checks every non-expert tensor of `file` once (or finds a stamp).
+  absl::Status EnsureChecked(int file) const;
+
+  std::string dir_;
+  std::string plan_;  // the manifest's plan id (part of the stamps)
   // Whole-shard mappings, made on first MapTensor (thread-safe).
   mutable std::mutex map_mu_;
   mutable std::vector<std::shared_ptr<const void>> maps_;
+  // Once-per-shard checks (thread-safe).
+  mutable std::mutex check_mu_;
+  mutable std::vector<bool> checked_;
+  mutable absl::flat_hash_map<int, absl::Status> bad_;  // tensor index -> its CRC failure
+  mutable VerifyStats verify_stats_;
 };
 
 // Parses and validates the moestream metadata of file `file` of `reader`

@@ -4,6 +4,7 @@
 // safetensors writer, determinism, and that routed-expert holes stay holes
 // through moe convert.
 #include <omp.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "common/format/container.h"
 #include "common/format/convert.h"
@@ -360,6 +362,72 @@ TEST_F(SynthTest, ContainerSynthesisResumesAfterAnInterruption) {
   ASSERT_TRUE(SynthesizeContainer(p, o, once).ok());
   for (const auto& f : p.shard_files)
     EXPECT_EQ(ReadAll((tmp_ / "c" / f).string()), ReadAll((tmp_ / "once" / f).string())) << f;
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// Pages of [p, p + n) in RAM (mincore over the page-aligned span).
+size_t ResidentPages(const void* p, size_t n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095};
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n + 4095) & ~uintptr_t{4095};
+  std::vector<unsigned char> v((b - a) / 4096);
+  if (::mincore(reinterpret_cast<void*>(a), b - a, v.data()) != 0) return SIZE_MAX;
+  size_t r = 0;
+  for (unsigned char c : v) r += c & 1;
+  return r;
+}
+
+TEST_F(SynthTest, ResidentChecksRunOncePerShardAndSkipTheEmbedding) {
+  SynthOptions o;
+  o.max_shard_bytes = 2 << 20;
+  auto cfg = ApplyConfigOverrides(*BuiltinConfig("glm-5"), testing_synth::NarrowGlm5());
+  ASSERT_TRUE(cfg.ok());
+  auto p = PlanSynthCheckpoint(*cfg, o);
+  ASSERT_TRUE(p.ok());
+  ConvertOptions c;
+  c.out_dir = (tmp_ / "c").string();
+  ASSERT_TRUE(SynthesizeContainer(*p, o, c).ok());
+  auto map_all = [&](const Container& ct) {
+    for (const auto& t : ct.tensors())
+      if (t.expert < 0) ASSERT_TRUE(ct.MapTensor(t).ok()) << t.name;
+  };
+  // Two processes' worth of containers starting at once: one checks each shard, the other waits and finds the stamp.
+  auto a = Container::Open(c.out_dir), b = Container::Open(c.out_dir);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::thread ta([&] { map_all(**a); }), tb([&] { map_all(**b); });
+  ta.join();
+  tb.join();
+  const int shards = static_cast<int>((*a)->info().shards.size());
+  std::set<int> with_resident;
+  for (const auto& t : (*a)->tensors())
+    if (t.expert < 0) with_resident.insert(t.file);
+  const auto sa = (*a)->verify_stats(), sb = (*b)->verify_stats();
+  EXPECT_EQ(sa.shards_checked + sb.shards_checked, static_cast<int>(with_resident.size()));
+  EXPECT_EQ(sa.shards_stamped + sb.shards_stamped, static_cast<int>(with_resident.size()));
+  EXPECT_GT(shards, 1);
+  // A later process checks nothing.
+  auto later = Container::Open(c.out_dir);
+  ASSERT_TRUE(later.ok());
+  map_all(**later);
+  EXPECT_EQ((*later)->verify_stats().shards_checked, 0);
+  EXPECT_EQ((*later)->verify_stats().bytes_checked, 0u);
+  // The embedding table was dropped from the page cache by the check; a mapped row faults in on use.
+  const ContainerTensor* emb = (*later)->Find("model.embed_tokens.weight");
+  ASSERT_NE(emb, nullptr);
+  auto m = (*later)->MapTensor(*emb);
+  ASSERT_TRUE(m.ok());
+  EXPECT_LE(ResidentPages(m->data, emb->data_bytes), 2u);
+  // A shard that changes (mtime) is checked again.
+  const std::string shard = (*later)->file_path(emb->file);
+  fs::last_write_time(shard, fs::last_write_time(shard) + std::chrono::seconds(5));
+  auto again = Container::Open(c.out_dir);
+  ASSERT_TRUE(again.ok());
+  map_all(**again);
+  EXPECT_EQ((*again)->verify_stats().shards_checked, 1);
 }
 
 }  // namespace
