@@ -393,7 +393,9 @@ TEST_F(SynthTest, ResidentChecksRunOncePerShardAndSkipTheEmbedding) {
   ASSERT_TRUE(SynthesizeContainer(*p, o, c).ok());
   auto map_all = [&](const Container& ct) {
     for (const auto& t : ct.tensors())
-      if (t.expert < 0) ASSERT_TRUE(ct.MapTensor(t).ok()) << t.name;
+      if (t.expert < 0) {
+        ASSERT_TRUE(ct.MapTensor(t).ok()) << t.name;
+      }
   };
   // Two processes' worth of containers starting at once: one checks each shard, the other waits and finds the stamp.
   auto a = Container::Open(c.out_dir), b = Container::Open(c.out_dir);
