@@ -126,6 +126,11 @@ struct ExpertSourceStats {
   int64_t evictions = 0;   // experts dropped to stay within the budget
   int64_t bytes_read = 0;  // bytes loaded from the backing store / network
   int64_t resident_bytes = 0;  // current bytes held (gauge)
+  // Time Get / GetEach blocked: waiting for a non-resident expert to be read
+  // (disk, or expertd's read and slab wait), and in the IPC around it
+  // (shared-memory leases, the FetchExperts stream beyond expertd's own wait).
+  double fetch_wait_seconds = 0;
+  double ipc_seconds = 0;
   double HitRate() const { return gets == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(gets); }
 };
 

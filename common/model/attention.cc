@@ -20,6 +20,17 @@ void Model::Attention(const LayerWeights& lw, const float* a, int64_t S, std::sp
   const ModelConfig& c = config_;
   const int64_t nh = c.num_attention_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
   const int64_t dq = dn + dr, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
+  // The indexer's time is its own; attention gets the rest (Indexer's Timed
+  // runs inside this one, so its seconds are taken back out below).
+  const double indexer_before = profile_ ? profile_->indexer : 0;
+  Timed timed(*this, &StepProfile::attention);
+  struct TakeBack {
+    StepProfile* p;
+    double before;
+    ~TakeBack() {
+      if (p) p->attention -= p->indexer - before;
+    }
+  } take_back{profile_, indexer_before};
   // Projections over every row of the batch at once.
   std::vector<float> qa(S * rq), cq(S * rq), q(S * nh * dq), kva(S * (rkv + dr)), lat(rkv);
   LinearR(lw.q_a, a, S, qa.data());

@@ -19,6 +19,7 @@ using model_detail::TopKIdx;
 void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, std::span<Seg> segs,
                     std::span<const int64_t> P0s, int cache_layer) const {
   const ModelConfig& c = config_;
+  Timed timed(*this, &StepProfile::indexer);
   const int64_t ih = c.index_n_heads, id = c.index_head_dim;
   std::vector<float> q(S * ih * id), k(S * id), w(S * ih);
   LinearR(lw.idx_wq_b, cq, S, q.data());

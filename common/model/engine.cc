@@ -141,6 +141,12 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
   r.prefill_seconds = Now() - t0;
   const int64_t bytes1 = source_->Stats().bytes_read;
   r.prefill_expert_bytes = bytes1 - bytes0;
+  StepProfile* prof = model_->profile();
+  if (prof) {
+    r.prefill_profile = *prof;
+    *prof = StepProfile{};
+    r.source_after_prefill = source_->Stats();
+  }
   t0 = Now();
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t t =
@@ -158,6 +164,10 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
   cache.set_pending_token(r.tokens.empty() || r.stopped_at_eos ? -1 : r.tokens.back());
   r.decode_seconds = Now() - t0;
   r.decode_expert_bytes = source_->Stats().bytes_read - bytes1;
+  if (prof) {
+    r.decode_profile = *prof;
+    r.profiled = true;
+  }
   return r;
 }
 

@@ -71,6 +71,12 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
   // Expert bytes the source loaded (ExpertSourceStats::bytes_read) in each phase.
   int64_t prefill_expert_bytes = 0, decode_expert_bytes = 0;
+  // With a profile set on the model (Model::set_profile): the prefill's and
+  // the decode steps' component times, and the expert source's counters at
+  // the end of the prefill (decode = final Stats() minus these).
+  bool profiled = false;
+  StepProfile prefill_profile, decode_profile;
+  ExpertSourceStats source_after_prefill;
 };
 
 // Teacher-forced MTP drafts (vLLM convention: slot j takes the final-normed

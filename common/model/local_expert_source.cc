@@ -1,5 +1,7 @@
 #include "common/model/local_expert_source.h"
 
+#include <chrono>
+
 #include "common/base/status.h"
 
 namespace moe {
@@ -19,7 +21,9 @@ absl::StatusOr<ExpertLease> LocalExpertSource::Get(int layer, int expert) {
     lru_.splice(lru_.begin(), lru_, it->second.lru_it);
   } else {
     ++stats_.misses;
+    const auto t0 = std::chrono::steady_clock::now();
     auto loaded = loader_(layer, expert);
+    stats_.fetch_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!loaded.ok()) return Annotate(loaded.status(), absl::StrCat("expert (layer ", layer, ", id ", expert, ")"));
     Entry e;
     e.expert = std::make_unique<OwnedExpert>(std::move(*loaded));

@@ -154,7 +154,11 @@ absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h,
     }
     MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, pos, o.data()));
   } else {
-    LookAhead(layer_id, a.data(), S);
+    {
+      Timed t(*this, &StepProfile::router);
+      LookAhead(layer_id, a.data(), S);
+    }
+    Timed t(*this, &StepProfile::dense_mlp);
     Mlp(lw.gate, lw.up, lw.down, a.data(), S, o.data());
   }
   Trace(tp + "mlp.out", o.data(), S * H);
@@ -208,10 +212,18 @@ absl::StatusOr<std::vector<ForwardResult>> Model::ForwardBatch(std::span<const B
     segs[i].S = n;
     S += n;
   }
+  Timed whole(*this, &StepProfile::total);
+  if (profile_) {
+    ++profile_->forwards;
+    profile_->rows += S;
+  }
   std::vector<float> h(S * H);
-  for (const Seg& sg : segs) {
-    const BatchSeq& q = seqs[&sg - segs.data()];
-    for (int64_t s = 0; s < sg.S; ++s) DequantRow(weights_->embed.m, q.ids[s], h.data() + (sg.row0 + s) * H);
+  {
+    Timed t(*this, &StepProfile::embed);
+    for (const Seg& sg : segs) {
+      const BatchSeq& q = seqs[&sg - segs.data()];
+      for (int64_t s = 0; s < sg.S; ++s) DequantRow(weights_->embed.m, q.ids[s], h.data() + (sg.row0 + s) * H);
+    }
   }
   Trace("embed", h.data(), S * H);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -232,9 +244,12 @@ absl::StatusOr<std::vector<ForwardResult>> Model::ForwardBatch(std::span<const B
   const int64_t R = static_cast<int64_t>(rows.size());
   if (R == 0) return out;
   std::vector<float> x(R * H), hid(R * H), lg(R * V);
-  for (int64_t r = 0; r < R; ++r) std::memcpy(x.data() + r * H, h.data() + rows[r] * H, H * sizeof(float));
-  RmsNorm(x.data(), R, H, weights_->final_norm, c.rms_norm_eps, hid.data());
-  LinearR(weights_->lm_head, hid.data(), R, lg.data());
+  {
+    Timed t(*this, &StepProfile::lm_head);
+    for (int64_t r = 0; r < R; ++r) std::memcpy(x.data() + r * H, h.data() + rows[r] * H, H * sizeof(float));
+    RmsNorm(x.data(), R, H, weights_->final_norm, c.rms_norm_eps, hid.data());
+    LinearR(weights_->lm_head, hid.data(), R, lg.data());
+  }
   Trace("final_norm", hid.data(), R * H);
   Trace("logits", lg.data(), R * V);
   int64_t r0 = 0;

@@ -66,6 +66,31 @@ struct ModelOptions {
   int kernel_threads = 0;
 };
 
+// Where forward time goes: wall seconds per component, summed over every
+// Forward / ForwardBatch while the profile is set (Model::set_profile). The
+// components partition the forward (what none of them covers - norms,
+// residual adds, RoPE of cached keys, bookkeeping - is `Other()`).
+// expert_fetch is the time the MoE block waited in ExpertSource::GetEach
+// (its wall time minus the expert compute done as leases arrive; its split
+// into disk wait and IPC comes from ExpertSourceStats).
+struct StepProfile {
+  double embed = 0;           // embedding rows
+  double attention = 0;       // MLA projections, cache appends, attention core, o_proj (the indexer excluded)
+  double indexer = 0;         // DSA lightning indexer (projections, key cache, scoring, top-k)
+  double router = 0;          // router logits, top-k routing, the next layer's look-ahead
+  double shared_expert = 0;
+  double dense_mlp = 0;       // dense layers' MLP
+  double routed_experts = 0;  // routed expert compute (fetch excluded)
+  double expert_fetch = 0;    // waiting for routed experts (ExpertSource::GetEach)
+  double lm_head = 0;         // final norm + LM head
+  double total = 0;           // whole forwards
+  int64_t forwards = 0, rows = 0;
+  double Other() const {
+    return total - (embed + attention + indexer + router + shared_expert + dense_mlp + routed_experts + expert_fetch +
+                    lm_head);
+  }
+};
+
 struct ForwardResult {
   int64_t rows = 0;            // rows returned (all S, or the last one)
   std::vector<float> logits;   // rows x vocab
@@ -111,6 +136,10 @@ class Model {
   // predicted top-k (its router on this layer's MLP input), for prefill
   // chunks as well, which send no look-ahead hint.
   void set_lookahead_tap(RouteFn fn) { lookahead_tap_ = std::move(fn); }
+  // Profile tap: every Forward adds its component times to *p (nullptr: off).
+  // Not for concurrent forwards on one Model (the sums are not atomic).
+  void set_profile(StepProfile* p) { profile_ = p; }
+  StepProfile* profile() const { return profile_; }
 
   // Runs `ids` at positions cache.length() ... and appends them to `cache`.
   // Returns logits (and final-normed hidden states) of every row when
@@ -188,6 +217,9 @@ class Model {
   ModelOptions opt_;
   TraceFn trace_;
   RouteFn route_tap_, lookahead_tap_;
+  StepProfile* profile_ = nullptr;
+  // Adds the seconds since construction to profile_->*field (if profiling).
+  class Timed;
   std::unique_ptr<kernels::Kernels> kernels_;  // calls serialized by kernels_mu_
   mutable std::mutex kernels_mu_;
   void Trace(const std::string& name, const float* d, int64_t n) const {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -32,6 +33,24 @@ struct Model::Seg {
   int64_t row0 = 0;  // first row in the batch
   int64_t S = 0;     // rows
   TopK topk;
+};
+
+// Adds wall seconds to one StepProfile field while the profile is set.
+class Model::Timed {
+ public:
+  Timed(const Model& m, double StepProfile::*field) : p_(m.profile_), field_(field) {
+    if (p_) t0_ = std::chrono::steady_clock::now();
+  }
+  ~Timed() {
+    if (p_) p_->*field_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  StepProfile* p_;
+  double StepProfile::*field_;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 namespace model_detail {

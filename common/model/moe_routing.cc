@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "common/base/status.h"
 #include "common/model/bf16.h"
@@ -47,6 +48,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   const int E = c.n_routed_experts, K = c.num_experts_per_tok;
+  std::optional<Timed> router_time(std::in_place, *this, &StepProfile::router);
   std::vector<float> logits(S * E);
   Mm(lw.router.m, x, S, logits.data());
   Trace(absl::StrCat("layers.", lw.index, ".router.logits"), logits.data(), S * E);
@@ -79,13 +81,17 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // (its speculative reads queue behind demand reads either way).
   LookAhead(layer_id, x, S, pos.data());
   experts_->Hint(wanted);
+  router_time.reset();
   // The shared expert needs only x: it runs first, while the routed
   // experts' reads (started by the hint above) are in flight.
   std::vector<float> sh;
   if (lw.has_shared) {
+    Timed t(*this, &StepProfile::shared_expert);
     sh.resize(S * H);
     Mlp(lw.sh_gate, lw.sh_up, lw.sh_down, x, S, sh.data());
   }
+  const double fetch_before = profile_ ? profile_->expert_fetch : 0;
+  std::optional<Timed> experts_time(std::in_place, *this, &StepProfile::routed_experts);
   // HF's default experts path (grouped_mm): each (row, slot) output is
   // R(down) * weight in f32; a row sums its K slots in f32 (slot order =
   // descending selection score), rounds once, then adds the shared expert.
@@ -96,7 +102,13 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   const int64_t Im = c.moe_intermediate_size;
   std::vector<int> ids;
   for (const ExpertKey& key : wanted) ids.push_back(key.expert);
+  // expert_fetch: the time GetEach blocked, i.e. its wall time minus the
+  // expert compute done in the callback as leases arrive.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point fetch_t0 = Clock::now();
+  double in_ready_s = 0;
   MOE_RETURN_IF_ERROR(experts_->GetEach(layer_id, ids, [&](size_t index, ExpertLease lease) -> absl::Status {
+    const Clock::time_point ready_t0 = Clock::now();
     const ExpertKey key = wanted[index];
     const ExpertWeights& ew = lease.weights();
     if (ew.gate.rows != Im || ew.gate.cols != H || ew.up.rows != Im || ew.up.cols != H || ew.down.rows != H ||
@@ -126,8 +138,11 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
       float* dst = slot.data() + slots[i] * H;
       for (int64_t d = 0; d < H; ++d) dst[d] = R(y[i * H + d]) * rw[i];
     }
+    in_ready_s += std::chrono::duration<double>(Clock::now() - ready_t0).count();
     return absl::OkStatus();
   }));
+  if (profile_)
+    profile_->expert_fetch += std::chrono::duration<double>(Clock::now() - fetch_t0).count() - in_ready_s;
   std::vector<float> acc(S * H, 0.0f);
   for (int64_t s = 0; s < S; ++s) {
     for (int64_t d = 0; d < H; ++d) {
@@ -136,6 +151,8 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
       acc[s * H + d] = R(a);
     }
   }
+  experts_time.reset();
+  if (profile_) profile_->routed_experts -= profile_->expert_fetch - fetch_before;  // fetch is its own
   if (lw.has_shared) {
     for (int64_t i = 0; i < S * H; ++i) out[i] = R(acc[i] + sh[i]);
   } else {

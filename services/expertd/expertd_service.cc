@@ -1,5 +1,7 @@
 #include "services/expertd/expertd_service.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 
@@ -54,10 +56,14 @@ grpc::Status ExpertdService::FetchExperts(grpc::ServerContext*, const FetchReque
   // read as it lands). Once the worker is gone (a write fails), the leases
   // granted for it are dropped here: nobody would ever release them.
   bool client_gone = false;
+  const auto t0 = std::chrono::steady_clock::now();
   store_->FetchEach(req->session(), static_cast<int>(req->layer()), ids,
                     [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
                       FetchReply rep;
                       rep.set_layer(req->layer());
+                      rep.set_server_wait_ns(static_cast<uint64_t>(
+                          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+                              .count()));
                       for (const auto& [i, r] : done) {
                         SlabHandle* h = rep.add_slabs();
                         h->set_index(static_cast<uint32_t>(i));

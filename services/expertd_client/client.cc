@@ -168,13 +168,16 @@ void ExpertdClient::Release(const Lease& lease) {
   if (c && c->epoch == lease.epoch) c->table.Release(c->session, lease.slab);
 }
 
-std::vector<absl::StatusOr<Lease>> ExpertdClient::Acquire(int layer, const std::vector<int>& ids) {
+std::vector<absl::StatusOr<Lease>> ExpertdClient::Acquire(int layer, const std::vector<int>& ids,
+                                                           uint64_t* server_wait_ns) {
   std::vector<absl::StatusOr<Lease>> out(ids.size(), absl::UnknownError("not requested"));
-  AcquireEach(layer, ids, [&](size_t i, absl::StatusOr<Lease> l, bool) { out[i] = std::move(l); });
+  AcquireEach(
+      layer, ids, [&](size_t i, absl::StatusOr<Lease> l, bool) { out[i] = std::move(l); }, server_wait_ns);
   return out;
 }
 
-void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready) {
+void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready,
+                                uint64_t* server_wait_ns) {
   std::vector<bool> done(ids.size(), false);
   auto deliver = [&](size_t i, absl::StatusOr<Lease> l, bool shm_hit = false) {
     done[i] = true;
@@ -219,7 +222,9 @@ void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const Ac
     if (miss.empty()) return;
     FetchReply rep;
     absl::Status bad;  // a reply naming no requested entry, or one twice
+    uint64_t stream_wait_ns = 0;  // each reply counts from the same start: the last is the whole wait
     while (reader->Read(&rep)) {
+      stream_wait_ns = std::max<uint64_t>(stream_wait_ns, rep.server_wait_ns());
       for (const SlabHandle& h : rep.slabs()) {
         const bool ok_index = h.index() < miss.size() && !done[miss[h.index()]];
         if (!ok_index || (h.error_code() == 0 && h.slab() >= c->table.num_slabs())) {
@@ -240,6 +245,7 @@ void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const Ac
       }
     }
     const absl::Status st = FromGrpc(reader->Finish());
+    if (server_wait_ns != nullptr) *server_wait_ns += stream_wait_ns;
     if (std::all_of(miss.begin(), miss.end(), [&](size_t i) { return done[i]; })) return;
     if (!st.ok() && attempt == 0 && ExpertdGone(st) && Reconnect(c, std::chrono::seconds(2)).ok()) {
       continue;  // the rest from the new instance

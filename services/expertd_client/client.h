@@ -55,10 +55,14 @@ class ExpertdClient {
   // went out, so expertd reads them meanwhile), then each miss as expertd
   // streams it. `ready` runs on the calling thread, once per index; a bad id
   // or record fails only itself; `shm_hit`: leased in shared memory (no
-  // read). Acquire collects the same into request order.
+  // read). Acquire collects the same into request order. `server_wait_ns`
+  // (optional) adds expertd's own time making the misses resident (the last
+  // reply's FetchReply.server_wait_ns of each stream).
   using AcquireReady = std::function<void(size_t index, absl::StatusOr<expertstore::Lease> lease, bool shm_hit)>;
-  void AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready);
-  std::vector<absl::StatusOr<expertstore::Lease>> Acquire(int layer, const std::vector<int>& ids);
+  void AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready,
+                   uint64_t* server_wait_ns = nullptr);
+  std::vector<absl::StatusOr<expertstore::Lease>> Acquire(int layer, const std::vector<int>& ids,
+                                                          uint64_t* server_wait_ns = nullptr);
   void Release(const expertstore::Lease& lease);
   // OK while expertd holds our session. Its session socket closes when expertd exits: then
   // one fail-fast re-attach is tried (a restarted expertd is found at once); Unavailable,

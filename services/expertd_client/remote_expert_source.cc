@@ -1,5 +1,7 @@
 #include "services/expertd_client/remote_expert_source.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -78,7 +80,15 @@ absl::Status RemoteExpertSource::GetEach(int layer, std::span<const int> experts
   gets_ += static_cast<int64_t>(experts.size());
   std::vector<int> ids(experts.begin(), experts.end());
   absl::Status first;  // the first error; later leases are dropped unused
-  client_->AcquireEach(layer, ids, [&](size_t i, absl::StatusOr<expertstore::Lease> l, bool shm_hit) {
+  // The time this call blocked (its wall time minus the caller's work in
+  // `ready`) is split: up to expertd's own wait (FetchReply.server_wait_ns)
+  // is fetch wait, the rest IPC (leases, the RPC). What expertd waited while
+  // the caller computed earlier experts cost the caller nothing and is not
+  // counted.
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t in_ready_ns = 0;
+  uint64_t server_wait_ns = 0;
+  auto on_lease = [&](size_t i, absl::StatusOr<expertstore::Lease> l, bool shm_hit) {
     if (l.ok()) {
       (shm_hit ? hits_ : misses_)++;
       if (!shm_hit) bytes_ += static_cast<int64_t>(l->length);
@@ -97,8 +107,17 @@ absl::Status RemoteExpertSource::GetEach(int layer, std::span<const int> experts
       client_->Release(*l);
       return;
     }
+    const auto r0 = std::chrono::steady_clock::now();
     first = ready(i, MakeLease(*l, *recs[i]));
-  });
+    in_ready_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - r0).count();
+  };
+  client_->AcquireEach(layer, ids, on_lease, &server_wait_ns);
+  const int64_t took =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t blocked = std::max<int64_t>(0, took - in_ready_ns);
+  const int64_t wait = std::min<int64_t>(blocked, static_cast<int64_t>(server_wait_ns));
+  wait_ns_ += wait;
+  ipc_ns_ += blocked - wait;
   return first;
 }
 
@@ -138,6 +157,8 @@ ExpertSourceStats RemoteExpertSource::Stats() const {
   s.hits = hits_;
   s.misses = misses_;
   s.bytes_read = bytes_;
+  s.fetch_wait_seconds = static_cast<double>(wait_ns_.load()) * 1e-9;
+  s.ipc_seconds = static_cast<double>(ipc_ns_.load()) * 1e-9;
   return s;
 }
 

@@ -62,6 +62,7 @@ class RemoteExpertSource final : public ExpertSource {
   std::unique_ptr<ExpertdClient> client_;
   const Container* container_ = nullptr;
   std::atomic<int64_t> gets_{0}, hits_{0}, misses_{0}, bytes_{0};
+  std::atomic<int64_t> wait_ns_{0}, ipc_ns_{0};  // Stats().fetch_wait_seconds / ipc_seconds
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<ExpertKey, bool>> hints_;  // (key, look-ahead)

@@ -68,6 +68,49 @@ TEST_P(EngineTest, BatchedEqualsSingleStep) {
   }
 }
 
+// The profile partitions a forward: every component >= 0, their sum within
+// the total, prefill and decode split by Generate; the tokens are the same
+// with and without it.
+TEST_P(EngineTest, ProfileSplitsForwardTimeByComponent) {
+  auto eng = OpenOrDie(dir_, EngineConfig{.expert_budget_bytes = 0});
+  ASSERT_TRUE(eng);
+  // A prompt whose greedy continuation does not stop at EOS at once.
+  size_t n = 0;
+  absl::StatusOr<GenerateResult> ref;
+  for (n = 2; n <= kIds.size(); ++n) {
+    KvCache plain = eng->NewCache();
+    ref = eng->Generate(std::span(kIds).first(n), 5, SamplingParams{}, plain);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    if (ref->tokens.size() == 5) break;
+  }
+  ASSERT_EQ(ref->tokens.size(), 5u);
+  EXPECT_FALSE(ref->profiled);
+  StepProfile p;
+  eng->mutable_model().set_profile(&p);
+  KvCache cache = eng->NewCache();
+  auto r = eng->Generate(std::span(kIds).first(n), 5, SamplingParams{}, cache);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, ref->tokens);
+  ASSERT_TRUE(r->profiled);
+  EXPECT_EQ(r->prefill_profile.forwards, 1);
+  EXPECT_EQ(r->prefill_profile.rows, static_cast<int64_t>(n));
+  EXPECT_EQ(r->decode_profile.forwards, 4);
+  for (const StepProfile* q : {&r->prefill_profile, &r->decode_profile}) {
+    for (double v : {q->embed, q->attention, q->indexer, q->router, q->shared_expert, q->dense_mlp,
+                     q->routed_experts, q->expert_fetch, q->lm_head})
+      EXPECT_GE(v, 0);
+    EXPECT_GT(q->attention, 0);
+    EXPECT_GT(q->routed_experts, 0);
+    EXPECT_GT(q->lm_head, 0);
+    EXPECT_GT(q->total, 0);
+    EXPECT_GE(q->Other(), -1e-6 * q->total);
+  }
+  // A zero budget loads every expert of every step: the fetch is the store's load time.
+  EXPECT_GT(r->decode_profile.expert_fetch, 0);
+  EXPECT_GT(eng->expert_source().Stats().fetch_wait_seconds, r->source_after_prefill.fetch_wait_seconds);
+  eng->mutable_model().set_profile(nullptr);
+}
+
 // Results do not depend on the expert cache budget; a zero budget evicts on every layer.
 TEST_P(EngineTest, CacheBudgetDoesNotChangeResults) {
   std::vector<float> ref;

@@ -106,6 +106,30 @@ class RoutingRecorder {
   std::map<std::pair<int64_t, int>, std::vector<uint32_t>> rows_, ahead_;
 };
 
+// Milliseconds per component (divided by `per`: decode steps), the expert
+// fetch split into disk wait and IPC by the source's counters (after - before).
+nlohmann::json BreakdownJson(const StepProfile& p, const ExpertSourceStats& after, const ExpertSourceStats& before,
+                             int64_t per) {
+  const double k = 1e3 / static_cast<double>(per);
+  const double wait = after.fetch_wait_seconds - before.fetch_wait_seconds;
+  const double ipc = after.ipc_seconds - before.ipc_seconds;
+  return {{"forwards", p.forwards},
+          {"rows", p.rows},
+          {"total_ms", p.total * k},
+          {"embed_ms", p.embed * k},
+          {"attention_ms", p.attention * k},
+          {"indexer_ms", p.indexer * k},
+          {"router_ms", p.router * k},
+          {"shared_expert_ms", p.shared_expert * k},
+          {"dense_mlp_ms", p.dense_mlp * k},
+          {"routed_experts_ms", p.routed_experts * k},
+          {"expert_fetch_ms", p.expert_fetch * k},
+          {"fetch_wait_ms", wait * k},
+          {"ipc_ms", ipc * k},
+          {"lm_head_ms", p.lm_head * k},
+          {"other_ms", p.Other() * k}};
+}
+
 absl::Status DoRun(int argc, char** argv, bool* help) {
   std::string save_kv, resume_kv, record_routing;
   bool prefetch = true;
@@ -174,6 +198,8 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   };
   MOE_ASSIGN_OR_RETURN(EngineConfig ec, PlanAndCheck(engine, ctx, EngineConfig{}, connect));
   MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(engine.model, ec));
+  StepProfile profile;  // where the time goes (--json "breakdown")
+  eng->mutable_model().set_profile(&profile);
   RoutingRecorder recorder;
   if (!record_routing.empty()) {
     eng->mutable_model().set_route_tap(
@@ -215,6 +241,10 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
                   {"lookahead_recall", gate ? gate->LookAheadRecall() : 0.0},
                   {"peak_rss_bytes", PeakRssBytes()},
                   {"attention", AttentionPathName(eng->model().options().attention)}};
+    j["breakdown"] = {{"prefill", BreakdownJson(r.prefill_profile, r.source_after_prefill, {}, 1)},
+                      {"decode_per_token",
+                       BreakdownJson(r.decode_profile, st, r.source_after_prefill,
+                                     std::max<int64_t>(1, r.decode_profile.forwards))}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);
