@@ -28,13 +28,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/format/slab_layout.h"
+
 namespace moe::expertstore {
 
 inline constexpr uint64_t kShmMagic = 0x31544d5345454f4dull;  // "MOEESMT1"
 inline constexpr uint32_t kShmVersion = 2;  // 2: per-session hit log
-inline constexpr int kMaxSizeClasses = 8;
+inline constexpr int kMaxSizeClasses = kMaxSlabClasses;  // common/format/slab_layout.h
 inline constexpr uint32_t kNoKey = 0xffffffffu;
-inline constexpr size_t kSlabAlign = 4096;
+using moe::kSlabAlign;
 
 enum SlabState : uint32_t { kSlabFree = 0, kSlabFilling = 1, kSlabReady = 2, kSlabEvicting = 3, kSlabDisabled = 4 };
 

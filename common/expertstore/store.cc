@@ -16,6 +16,7 @@
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/format/crc32c.h"
+#include "common/format/slab_layout.h"
 
 namespace moe::expertstore {
 
@@ -44,54 +45,26 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr
   auto st = std::unique_ptr<ExpertStore>(new ExpertStore());
   st->cfg_ = config;
   const int L = locator->num_layers(), E = locator->num_experts();
-  // 1. Record sizes -> size classes.
-  std::map<uint64_t, uint64_t, std::greater<>> size_bytes;  // aligned size -> total bytes
-  uint64_t num_records = 0;
+  // 1-2. Record sizes -> size classes -> slabs per class (common/format/slab_layout.h: the
+  // serving plan sizes expertd's budget with the same rule).
+  std::map<uint64_t, uint64_t> lengths;  // record length -> records
   for (int l = 0; l < L; ++l) {
     for (int e = 0; e < E; ++e) {
       auto loc = locator->Locate(l, e);
       if (absl::IsNotFound(loc.status())) continue;
       if (!loc.ok()) return loc.status();
-      uint64_t a = AlignUp(loc->length, kSlabAlign);
-      size_bytes[a] += a;
-      ++num_records;
+      ++lengths[loc->length];
     }
   }
-  if (num_records == 0) return absl::InvalidArgumentError("expert store: the model has no expert records");
-  std::vector<std::pair<uint64_t, uint64_t>> classes;  // (slab bytes, total bytes)
-  for (auto [sz, total] : size_bytes) {
-    if (!classes.empty() && (sz * 5 >= classes.back().first * 4 || classes.size() == size_t(kMaxSizeClasses))) {
-      classes.back().second += total;
-    } else {
-      classes.push_back({sz, total});
-    }
-  }
-  // 2. Budget split: top_k slabs per class first, then proportional shares.
-  uint64_t floor_bytes = 0, all_bytes = 0;
-  for (auto& c : classes) {
-    floor_bytes += c.first * config.top_k;
-    all_bytes += c.second;
-  }
-  if (config.budget_bytes < floor_bytes) {
-    std::string per;
-    for (auto& c : classes) absl::StrAppend(&per, per.empty() ? "" : " + ", config.top_k, " x ", Mib(c.first));
-    return absl::InvalidArgumentError(absl::StrCat("--budget ", config.budget_bytes, " bytes (", Mib(config.budget_bytes),
-                                                   ") is smaller than one layer's top-", config.top_k,
-                                                   " experts: needs at least ", floor_bytes, " bytes (", per, ")"));
-  }
+  MOE_ASSIGN_OR_RETURN(SlabLayout slabs, LayOutSlabs(lengths, config.top_k, config.budget_bytes));
   ShmGeometry g;
   g.num_layers = static_cast<uint32_t>(L);
   g.num_experts = static_cast<uint32_t>(E);
   g.max_sessions = config.max_sessions;
   g.model_id = locator->model_id();
-  uint64_t extra = config.budget_bytes - floor_bytes;
-  for (auto& c : classes) {
-    uint64_t share = static_cast<uint64_t>(static_cast<long double>(extra) * c.second / all_bytes);
-    uint64_t n = config.top_k + share / c.first;
-    n = std::min<uint64_t>(n, c.second / c.first);  // never more slabs than records
-    n = std::max<uint64_t>(n, std::min<uint64_t>(config.top_k, c.second / c.first));
-    g.classes.push_back({c.first, static_cast<uint32_t>(n)});
-    st->class_bytes_.push_back(c.first);
+  for (const SlabClass& c : slabs.classes) {
+    g.classes.push_back({c.slab_bytes, static_cast<uint32_t>(c.slabs)});
+    st->class_bytes_.push_back(c.slab_bytes);
   }
   // 3. Shared memory.
   MOE_ASSIGN_OR_RETURN(st->ctl_, ShmRegion::Create("moestream-expertd-ctl", AlignUp(g.control_bytes(), 4096), true));
@@ -143,6 +116,8 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr
   st->stats_.budget_bytes = g.arena_bytes();
   std::string cls;
   for (auto& c : g.classes) absl::StrAppend(&cls, " ", c.num_slabs, "x", Mib(c.slab_bytes));
+  uint64_t num_records = 0;
+  for (const SlabClass& c : slabs.classes) num_records += c.records;
   MOE_LOG(INFO) << "expert store: " << num_records << " records, arena " << Mib(g.arena_bytes()) << " in"
                 << cls << ", io " << st->io_->name() << " qd " << st->io_->queue_depth();
   return st;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/format/serving_plan.h"
 
 namespace moe {
 
@@ -20,6 +21,52 @@ void EngineFlags::Register(FlagSet& flags, const std::string& model_help) {
   flags.AddString("expertd", &expertd,
                   "routed experts from the expertd at this unix socket (unix:PATH or PATH; shared cache; --model "
                   "must be the container expertd serves); empty: the in-process expert cache");
+  flags.AddString("plan", &plan,
+                  "a serving plan of --model (moe plan --out FILE): KV dtype, context, expert cache and MTP from it "
+                  "(not with --ram-budget / --expert-budget)");
+  flags_ = &flags;
+}
+
+absl::StatusOr<FittedPlan> EngineFlags::ResolvePlan(int64_t kv_tokens, EngineConfig cfg) const {
+  if (ram_budget > 0 || expert_budget > 0)
+    return absl::InvalidArgumentError("give --plan or --ram-budget / --expert-budget, not both");
+  MOE_ASSIGN_OR_RETURN(ServingPlan p, LoadServingPlan(plan));
+  MOE_RETURN_IF_ERROR(Annotate(CheckPlanMatchesModel(p, model), absl::StrCat("--plan ", plan)));
+  if (p.expertd != !expertd.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plan ", plan, p.expertd ? " keeps routed experts in expertd: give --expertd"
+                                   : " keeps routed experts in this process: it has no room for --expertd"));
+  if (flags_ != nullptr && flags_->WasSet("kv-dtype") && kv_dtype != p.kv_dtype)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-dtype ", kv_dtype, " differs from the serving plan's ", p.kv_dtype, " (", plan, ")"));
+  if (kv_tokens > p.context)
+    return absl::OutOfRangeError(absl::StrCat("the request needs ", kv_tokens,
+                                              " tokens of context; the serving plan ", plan, " gives each worker ",
+                                              p.context, " (moe plan --context N plans more)"));
+  cfg.kv_dtype = p.kv_dtype == "bf16" ? KvDtype::kBF16 : KvDtype::kF32;
+  cfg.load_mtp = p.load_mtp;
+  if (!p.expertd) cfg.expert_budget_bytes = p.expert_cache_bytes;
+  FittedPlan out;
+  MOE_ASSIGN_OR_RETURN(out.plan, Engine::Plan(model, cfg));
+  out.context = p.context;
+  out.kv_budget_bytes = p.context * p.kv_bytes_per_token;
+  out.kv_bytes = out.kv_budget_bytes;
+  out.plan.expert_cache_bytes = p.expertd ? 0 : p.expert_cache_bytes;
+  // The plan fitted the whole budget; what this process adds to memory now
+  // (its copies, its KV, its own expert cache) must be available. The shared
+  // mapped weights are one copy for every process, counted by the plan.
+  const int64_t need = p.private_bytes + out.kv_budget_bytes + (p.expertd ? 0 : p.expert_cache_min_bytes);
+  const int64_t avail = MemAvailableBytes();
+  if (avail > 0 && need > avail)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--plan ", plan, ": this process needs ", need, " B now (weights copied at load ", p.private_bytes,
+        " B + KV ", out.kv_budget_bytes, " B", p.expertd ? "" : " + the minimum expert cache", ") but only ", avail,
+        " B are available (MemAvailable); refusing to load"));
+  out.report = absl::StrCat("serving plan ", plan, ": context ", p.context, " tokens (", p.kv_dtype, " KV, ",
+                            out.kv_budget_bytes, " B), expert cache ", p.expert_cache_bytes, " B",
+                            p.expertd ? " in expertd" : "", "; ", out.plan.ToString());
+  out.config = std::move(cfg);
+  return out;
 }
 
 absl::StatusOr<FittedPlan> EngineFlags::Resolve(int64_t kv_tokens, EngineConfig cfg,
@@ -48,6 +95,7 @@ absl::StatusOr<FittedPlan> EngineFlags::Resolve(int64_t kv_tokens, EngineConfig 
           absl::StrCat("--expertd ", expertd, ": no such socket (is expertd running?)"));
     cfg.expert_source = connect(expertd);
   }
+  if (!plan.empty()) return ResolvePlan(kv_tokens, std::move(cfg));
   auto fit = FitMemoryPlan(model, ram_budget, kv_tokens, std::move(cfg));
   // The budget's refusals name the flag (the same words in every program).
   if (!fit.ok() && ram_budget > 0 && absl::IsResourceExhausted(fit.status()))

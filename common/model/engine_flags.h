@@ -10,6 +10,9 @@
 //                            the up-front need must still fit MemAvailable)
 //   --expert-budget BYTES    the in-process expert cache alone (LocalExpertSource)
 //   --expertd ADDR           routed experts from a running expertd (needs a container)
+//   --plan FILE              a serving plan of --model (moe plan --out FILE, docs/PLAN.md): the KV
+//                            dtype, the context, the expert cache and the MTP layer come from it;
+//                            not with --ram-budget / --expert-budget
 // --ram-budget and --expert-budget exclude each other, as do --expertd and
 // --expert-budget (expertd's own --budget bounds its cache).
 //
@@ -40,6 +43,7 @@ struct EngineFlags {
   uint64_t ram_budget = 0;
   uint64_t expert_budget = 0;
   std::string expertd;
+  std::string plan;
 
   // Declares the flags above on `flags`; --model defaults to `model`'s value
   // (set it first), `model_help` says what --model means to this program.
@@ -53,7 +57,15 @@ struct EngineFlags {
   // that does not exist, and (ResourceExhausted) a plan that does not fit
   // ("--ram-budget: memory plan does not fit the RAM budget of N B: ..." or
   // "memory plan needs at least N B ... (MemAvailable)").
+  // With --plan: a context beyond the plan's is refused (OutOfRange) before
+  // anything is loaded; a plan for another model, made with(out) --expertd
+  // unlike this program's flags, or with another KV dtype than --kv-dtype
+  // asks for, is refused by name.
   absl::StatusOr<FittedPlan> Resolve(int64_t kv_tokens, EngineConfig base, const ExpertdConnector& connect) const;
+
+ private:
+  const FlagSet* flags_ = nullptr;  // what Register declared on (WasSet)
+  absl::StatusOr<FittedPlan> ResolvePlan(int64_t kv_tokens, EngineConfig cfg) const;
 };
 
 // --attention: "auto", "explicit" (HF-exact) or "absorbed".

@@ -22,6 +22,10 @@ struct FittedPlan {
   MemoryPlan plan;
   int64_t kv_bytes = 0;  // kv_tokens of KV
   std::string report;    // one line: the plan and the KV
+  // Set from a serving plan (--plan): the context per sequence it allows and
+  // the KV bytes every sequence of a worker shares (0: no such limit).
+  int64_t context = 0;
+  int64_t kv_budget_bytes = 0;
 };
 
 // ram_budget: bytes for resident weights + KV for `kv_tokens` (< 0: the

@@ -13,6 +13,7 @@
 #include "common/base/status.h"
 #include "common/format/container.h"
 #include "common/format/container_layout.h"
+#include "common/format/slab_layout.h"
 #include "common/format/tensor_role.h"
 #include "common/model/weights.h"
 
@@ -52,7 +53,8 @@ int64_t RecordBytes(QFormat f, int64_t H, int64_t Im) {
 // The plan's model-dependent inputs, from a container or a checkpoint + policy.
 struct Layout {
   std::vector<Part> parts;
-  int64_t record_bytes = 0;
+  int64_t record_bytes = 0;                   // a main-layer expert
+  std::map<uint64_t, uint64_t> record_lengths;  // every record (MTP included): length -> count
   std::string policy;
   std::vector<FileRange> probe;  // real resident bytes for the disk probe
 };
@@ -80,6 +82,7 @@ absl::StatusOr<Layout> FromContainer(const std::string& dir, const ModelConfig& 
     if (r == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": no expert record for layer ", l));
     out.record_bytes = static_cast<int64_t>(r->length);
   }
+  for (const ExpertRecordInfo& r : ct->records()) ++out.record_lengths[r.length];
   return out;
 }
 
@@ -111,6 +114,11 @@ absl::StatusOr<Layout> FromCheckpoint(const std::string& dir, const ModelConfig&
     }
   }
   out.record_bytes = RecordBytes(policy.experts, c.hidden_size, c.moe_intermediate_size);
+  int moe_layers = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.layer_is_moe[l];
+  out.record_lengths[out.record_bytes] += static_cast<uint64_t>(moe_layers) * c.n_routed_experts;
+  if (c.num_nextn_predict_layers > 0)  // the MTP layer's experts are stored in the MTP format
+    out.record_lengths[RecordBytes(policy.mtp, c.hidden_size, c.moe_intermediate_size)] += c.n_routed_experts;
   return out;
 }
 
@@ -173,9 +181,18 @@ Fit Place(const PlanRequest& r, const ModelConfig& c, const Layout& lay, const s
   p.expert_record_bytes = lay.record_bytes;
   p.expert_records = static_cast<int64_t>(p.moe_layers) * c.n_routed_experts;
   const int W = p.workers;
-  // The expert cache must hold what the workers lease at once (one layer's
-  // top-k each) plus one layer being prefetched.
-  p.expert_cache_min_bytes = static_cast<int64_t>(r.expertd ? W + 1 : 2) * p.top_k * p.expert_record_bytes;
+  // The expert cache must hold what the workers lease at once. In-process:
+  // one layer's top-k plus one being loaded. expertd: its arena's floor
+  // (top-k slabs per record size class: common/format/slab_layout.h) and
+  // another top-k for every further worker.
+  auto slabs_floor = LayOutSlabs(lay.record_lengths, static_cast<uint32_t>(p.top_k), 0);
+  if (!slabs_floor.ok()) {
+    fit.status = slabs_floor.status();
+    return fit;
+  }
+  p.expert_cache_min_bytes = r.expertd ? static_cast<int64_t>(slabs_floor->floor_bytes) +
+                                             static_cast<int64_t>(W - 1) * p.top_k * p.expert_record_bytes
+                                       : 2 * p.top_k * p.expert_record_bytes;
   p.overhead_bytes = static_cast<int64_t>(r.process_overhead_bytes) * (W + (r.expertd ? 1 : 0)) +
                      static_cast<int64_t>(r.reserve_bytes);
   const int64_t ram = static_cast<int64_t>(r.ram_bytes);
@@ -194,8 +211,11 @@ Fit Place(const PlanRequest& r, const ModelConfig& c, const Layout& lay, const s
     fit.status = absl::ResourceExhaustedError(absl::StrCat(
         "does not fit in ", Gb(ram), ": the resident weights take ", Gb(p.shared_bytes + W * p.private_bytes), " (",
         parts_text(), "; embedding table ", Gb(p.embedding_bytes), " not resident), process overheads and reserve ",
-        Gb(p.overhead_bytes), ", the minimum expert cache ", Gb(caches_min), " (", r.expertd ? W + 1 : 2, " x top-",
-        p.top_k, " experts of ", Gb(p.expert_record_bytes), "): ", Gb(fixed + caches_min), ", nothing left for KV"));
+        Gb(p.overhead_bytes), ", the minimum expert cache ", Gb(caches_min),
+        r.expertd ? absl::StrCat(" (expertd's floor ", slabs_floor->FloorText(static_cast<uint32_t>(p.top_k)), " + ",
+                                 W - 1, " x top-", p.top_k, " for the other workers)")
+                  : absl::StrCat(" (2 x top-", p.top_k, " experts of ", Gb(p.expert_record_bytes), " per worker)"),
+        ": ", Gb(fixed + caches_min), ", nothing left for KV"));
     return fit;
   }
   p.context_max = std::min<int64_t>(c.max_position_embeddings, left / (W * p.kv_bytes_per_token));
@@ -217,11 +237,23 @@ Fit Place(const PlanRequest& r, const ModelConfig& c, const Layout& lay, const s
   } else {
     p.context = std::min(kDefaultContext, p.context_max);
   }
-  const int64_t total_experts = p.expert_records * p.expert_record_bytes;
   const int64_t rest = ram - fixed - W * p.context * p.kv_bytes_per_token;
-  p.expert_cache_bytes = std::min(total_experts, r.expertd ? rest : rest / W);
+  int64_t slots = 0;  // main-layer experts the cache holds
+  if (r.expertd) {
+    p.expert_cache_bytes = std::min<int64_t>(rest, static_cast<int64_t>(slabs_floor->all_bytes));
+    auto slabs = LayOutSlabs(lay.record_lengths, static_cast<uint32_t>(p.top_k),
+                             static_cast<uint64_t>(p.expert_cache_bytes));
+    if (!slabs.ok()) {
+      fit.status = slabs.status();
+      return fit;
+    }
+    const SlabClass* main = slabs->ClassOf(static_cast<uint64_t>(p.expert_record_bytes));
+    slots = main ? static_cast<int64_t>(main->slabs) : 0;
+  } else {
+    p.expert_cache_bytes = std::min(p.expert_records * p.expert_record_bytes, rest / W);
+    slots = p.expert_record_bytes > 0 ? p.expert_cache_bytes / p.expert_record_bytes : 0;
+  }
   // Hit rate of a cache holding `slots` experts: the most popular ones (or a uniform share).
-  const int64_t slots = p.expert_record_bytes > 0 ? p.expert_cache_bytes / p.expert_record_bytes : 0;
   if (!r.expert_popularity.empty()) {
     std::vector<double> pop = r.expert_popularity;
     std::sort(pop.begin(), pop.end(), std::greater<double>());

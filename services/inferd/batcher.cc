@@ -53,6 +53,13 @@ absl::Status Batcher::Submit(SeqRequest req, SeqCallback cb) {
     return absl::InvalidArgumentError(absl::StrCat("constraint vocabulary ", req.constraint->vocab_size(),
                                                    " differs from the model's ", model_->vocab_size()));
   }
+  const int64_t budget = model_->kv_budget_bytes();
+  const int64_t need = budget > 0 ? (n + req.max_tokens) * model_->kv_bytes_per_token() : 0;
+  if (budget > 0 && need > budget) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt (", n, " tokens) + max_tokens (", req.max_tokens,
+                                                   ") need ", need, " B of KV; this worker's serving plan holds ",
+                                                   budget, " B in all"));
+  }
   auto s = std::make_unique<Seq>();
   if (req.sampling.repetition_penalty != 1.0f) s->seen = req.prompt;
   if (req.constraint) s->mask.resize(MaskWords(model_->vocab_size()));
@@ -66,6 +73,13 @@ absl::Status Batcher::Submit(SeqRequest req, SeqCallback cb) {
         absl::StrCat("worker full: ", live_.size(), " live sequences (max ", config_.max_sequences, ")"));
   }
   if (live_.count(s->req.id)) return absl::AlreadyExistsError(absl::StrCat("request id ", s->req.id, " is live"));
+  if (budget > 0 && kv_reserved_ + need > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat("worker's KV budget full: ", kv_reserved_, " of ", budget,
+                                                     " B held by ", live_.size(), " live sequences; this request needs ",
+                                                     need, " B"));
+  }
+  s->kv_reserved = need;
+  kv_reserved_ += need;
   if (s->req.constraint) ++stats_.constrained;
   live_[s->req.id] = s.get();
   incoming_.push_back(std::move(s));
@@ -140,7 +154,7 @@ bool Batcher::Admit(Deliveries* out) {
       stats_.max_steps_after_cancel = std::max(stats_.max_steps_after_cancel, s->steps_after_cancel);
       ++stats_.cancelled;
       EndSeq(*s, EndReason::kCancelled, absl::OkStatus(), out);
-      live_.erase(s->req.id);
+      ForgetLocked(*s);
       s.reset();
     }
   }
@@ -148,8 +162,22 @@ bool Batcher::Admit(Deliveries* out) {
   return !(stop_ && active_.empty());
 }
 
+void Batcher::ForgetLocked(const Seq& s) {
+  live_.erase(s.req.id);
+  kv_reserved_ -= s.kv_reserved;
+}
+
 // New sequences get their KV state, from the prefix cache when it shares a prefix.
 void Batcher::StartNewSequences() {
+  if (const int64_t budget = model_->kv_budget_bytes(); budget > 0) {
+    // The prefix cache keeps only the KV the live sequences' reservations leave.
+    int64_t room;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      room = budget - kv_reserved_;
+    }
+    prefix_.SetMaxBytes(std::min(config_.prefix_cache_bytes, room));
+  }
   for (auto& s : active_) {
     if (s->state) continue;
     auto hit = prefix_.Lookup(s->req.prompt);
@@ -247,7 +275,7 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
     for (const auto& e : step.plan.entries) {
       Seq& s = *active_[e.index];
       EndSeq(s, EndReason::kError, st, out);
-      live_.erase(s.req.id);
+      ForgetLocked(s);
       active_[e.index].reset();
     }
   } else {
@@ -307,7 +335,7 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
         std::shared_ptr<const SeqState> state(std::move(s.state));
         prefix_.Insert(s.fed, state);
         std::lock_guard<std::mutex> lock(mu_);
-        live_.erase(s.req.id);
+        ForgetLocked(s);
         active_[e.index].reset();
       } else {
         out->emplace_back(s.cb, std::move(o));

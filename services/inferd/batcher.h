@@ -114,7 +114,9 @@ class Batcher {
   Batcher(SequenceModel* model, BatcherConfig config);
   ~Batcher();  // Shutdown()
 
-  // InvalidArgument for a bad request, ResourceExhausted when full,
+  // InvalidArgument for a bad request (also one whose prompt + max_tokens
+  // exceeds the model's whole KV budget), ResourceExhausted when full (live
+  // sequences, or the KV budget the live ones hold),
   // AlreadyExists for a live id, Unavailable after Shutdown.
   absl::Status Submit(SeqRequest req, SeqCallback cb);
   // true when the id was live.
@@ -140,6 +142,7 @@ class Batcher {
     Rng rng;
     bool cancel = false;
     int64_t steps_after_cancel = 0;
+    int64_t kv_reserved = 0;  // bytes of the model's KV budget held for it
   };
   // One step as planned: per active sequence its PlanInput, the plan, and per
   // plan entry the model item and the tokens it feeds (the items' spans).
@@ -160,6 +163,8 @@ class Batcher {
   absl::Status Execute(Step& step);
   void FeedBack(const Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out);
   void EndSeq(Seq& s, EndReason why, absl::Status error, Deliveries* out);
+  // Removes a finished sequence from live_ and returns its KV reservation (mu_ held).
+  void ForgetLocked(const Seq& s);
 
   SequenceModel* model_;
   const BatcherConfig config_;
@@ -170,6 +175,7 @@ class Batcher {
   std::vector<std::unique_ptr<Seq>> active_;  // loop thread only (cancel flag under mu_)
   std::map<std::string, Seq*> live_;          // id -> seq (incoming or active), under mu_
   bool stop_ = false;
+  int64_t kv_reserved_ = 0;  // sum of live sequences' reservations, under mu_
   BatcherStats stats_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rate_window_;
   std::thread thread_;

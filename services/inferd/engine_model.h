@@ -35,6 +35,13 @@ class EngineModel final : public SequenceModel {
   int64_t expert_fetches() const override;
   // The expert source's health (RemoteExpertSource: expertd's session; thread-safe).
   absl::Status Health() override { return engine_->expert_source().Health(); }
+  int64_t kv_budget_bytes() const override { return kv_budget_; }
+  int64_t kv_bytes_per_token() const override { return kv_per_token_; }
+  // A serving plan's KV budget for this worker (0: none); see SequenceModel.
+  void set_kv_budget(int64_t bytes, int64_t per_token) {
+    kv_budget_ = bytes;
+    kv_per_token_ = per_token;
+  }
   // false: each item of a step runs its own forward (the unfused baseline
   // that benchmarks compare against; same tokens, more weight/expert reads).
   void set_batched_forward(bool on) { batched_forward_ = on; }
@@ -43,6 +50,7 @@ class EngineModel final : public SequenceModel {
   std::unique_ptr<Engine> engine_;
   std::string name_;
   int64_t max_context_ = 0;
+  int64_t kv_budget_ = 0, kv_per_token_ = 0;
   bool batched_forward_ = true;
 };
 

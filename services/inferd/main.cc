@@ -47,8 +47,11 @@ class EngineFactory final : public moe::inferd::ModelFactory {
       MOE_LOG(INFO) << "inferd: routed experts from expertd at " << engine_.expertd;
     }
     MOE_LOG(INFO) << "inferd: memory plan: " << fit->report;
-    auto m = moe::inferd::EngineModel::Open(engine_.model, fit->config, max_context_);
+    // A serving plan bounds each sequence by its context and all of them by its KV.
+    const int64_t context = max_context_ > 0 ? max_context_ : fit->context;
+    auto m = moe::inferd::EngineModel::Open(engine_.model, fit->config, context);
     if (!m.ok()) return m.status();
+    if (fit->kv_budget_bytes > 0) (*m)->set_kv_budget(fit->kv_budget_bytes, fit->plan.kv_bytes_per_token);
     (*m)->set_batched_forward(batched_forward_);
     return std::unique_ptr<moe::inferd::SequenceModel>(std::move(*m));
   }

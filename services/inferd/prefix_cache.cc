@@ -25,6 +25,14 @@ void PrefixCache::Insert(std::vector<int32_t> tokens, std::shared_ptr<const SeqS
   }
 }
 
+void PrefixCache::SetMaxBytes(int64_t max_bytes) {
+  max_bytes_ = std::max<int64_t>(0, max_bytes);
+  while (bytes_ > max_bytes_ && !entries_.empty()) {
+    bytes_ -= entries_.back().bytes;
+    entries_.pop_back();
+  }
+}
+
 PrefixCache::Hit PrefixCache::Lookup(const std::vector<int32_t>& prompt) {
   Hit best;
   auto best_it = entries_.end();

@@ -33,6 +33,9 @@ class PrefixCache {
   };
   Hit Lookup(const std::vector<int32_t>& prompt);
 
+  // Lowers (or raises) the budget, dropping least recently used entries now.
+  void SetMaxBytes(int64_t max_bytes);
+  int64_t max_bytes() const { return max_bytes_; }
   int64_t bytes() const { return bytes_; }
   size_t size() const { return entries_.size(); }
 
@@ -42,7 +45,7 @@ class PrefixCache {
     std::shared_ptr<const SeqState> state;
     int64_t bytes = 0;
   };
-  const int64_t max_bytes_;
+  int64_t max_bytes_;
   int64_t bytes_ = 0;
   std::list<Entry> entries_;  // most recently used first
 };

@@ -54,6 +54,12 @@ class SequenceModel {
   // Whether steps can run now (e.g. the expert source's daemon is there): OK or
   // Unavailable naming the cause. Called from the Health RPC thread, not the batcher's.
   virtual absl::Status Health() { return absl::OkStatus(); }
+  // The KV memory every live sequence of this worker shares (a serving plan's
+  // context, docs/PLAN.md), and one token's KV; 0: no such limit. The batcher
+  // admits a sequence only with room for its prompt + max_tokens, and keeps
+  // its prefix cache within what the live sequences leave.
+  virtual int64_t kv_budget_bytes() const { return 0; }
+  virtual int64_t kv_bytes_per_token() const { return 0; }
   // Routed-expert fetches (ExpertSource Gets) so far, or < 0 when unknown.
   // A batched step fetches each distinct (layer, expert) once.
   virtual int64_t expert_fetches() const { return -1; }

@@ -250,6 +250,32 @@ TEST(InferdBatcher, CancelStopsBeforeTheNextStep) {
   EXPECT_FALSE(b.Cancel("x"));
 }
 
+// A serving plan's KV budget: a request that can never fit is a bad request,
+// one that does not fit next to the live sequences is refused as full (by
+// name), and a finished sequence gives its room back.
+TEST(InferdBatcher, KvBudgetAdmitsWhatFitsAndRefusesTheRestByName) {
+  testing::ToyConfig tc;
+  tc.kv_budget_bytes = 100 * 4;  // 100 tokens
+  tc.step_us = 2000;
+  ToyModel m(tc);
+  Batcher b(&m, {});
+  Collect c;
+  auto too_big = b.Submit(Req("big", std::vector<int32_t>(20, 'a'), 90), c.Cb());
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(too_big.message()).find("holds 400 B in all"), std::string::npos) << too_big.message();
+  Collect a;
+  ASSERT_TRUE(b.Submit(Req("a", Bytes("<|user|>\nhi\n<|assistant|>\n"), 60), a.Cb()).ok());  // 26 + 60 tokens
+  Collect d;
+  auto full = b.Submit(Req("d", Bytes("xyz"), 20), d.Cb());
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(full.message()).find("KV budget full: 344 of 400 B"), std::string::npos) << full.message();
+  a.Wait();
+  EXPECT_EQ(a.fin.reason, EndReason::kStop);
+  ASSERT_TRUE(b.Submit(Req("d", Bytes("xyz"), 20), d.Cb()).ok());  // room again
+  d.Wait();
+  EXPECT_EQ(d.fin.reason, EndReason::kLength);
+}
+
 TEST(InferdBatcher, BadRequestsAndFullAreRefused) {
   testing::ToyConfig tc;
   tc.max_context = 64;

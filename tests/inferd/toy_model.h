@@ -32,6 +32,8 @@ struct ToyConfig {
   int64_t max_context = 4096;
   int64_t step_us = 0;
   int64_t row_us = 0;
+  int64_t kv_budget_bytes = 0;  // a serving plan's KV budget (SequenceModel::kv_budget_bytes)
+  int64_t kv_bytes_per_token = 4;
   std::string script = "The quick brown fox jumps over the lazy dog.";
   std::string tool_script = "<tool_call>get_weather {\"city\": \"Paris\"}</tool_call>";
   std::string answer_script = "It is sunny in Paris.";
@@ -45,6 +47,8 @@ class ToyModel final : public SequenceModel {
   std::string name() const override { return "toy-byte"; }
   int32_t vocab_size() const override { return 257; }
   int64_t max_context() const override { return c_.max_context; }
+  int64_t kv_budget_bytes() const override { return c_.kv_budget_bytes; }
+  int64_t kv_bytes_per_token() const override { return c_.kv_bytes_per_token; }
   std::unique_ptr<SeqState> NewState() override { return std::make_unique<ToyState>(); }
   absl::StatusOr<std::unique_ptr<SeqState>> Clone(const SeqState& s, int64_t n) override {
     const auto& src = static_cast<const ToyState&>(s);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/format/container.h"
 #include "common/format/synth_model.h"
 #include "common/model/engine.h"
 #include "common/model/serving_planner.h"
@@ -148,7 +149,13 @@ TEST_F(ServingPlanTest, RefusesWhatDoesNotFitNamingThePart) {
   r.expertd = true;
   auto two = MakeServingPlan(r);
   ASSERT_TRUE(two.ok()) << two.status().message();
-  EXPECT_EQ(two->expert_cache_min_bytes, 3 * 2 * two->expert_record_bytes);  // (workers + 1) x top-2
+  // expertd's floor (top-2 slabs of each record size: q4 main layer, q8 MTP layer) + top-2 for the 2nd worker.
+  auto ct = Container::Open(two->model_dir);
+  ASSERT_TRUE(ct.ok());
+  const uint64_t mtp_record = (*ct)->FindExpert(2, 0)->length;
+  EXPECT_GT(mtp_record, static_cast<uint64_t>(two->expert_record_bytes));
+  EXPECT_EQ(two->expert_cache_min_bytes,
+            2 * (two->expert_record_bytes + static_cast<int64_t>(mtp_record)) + 2 * two->expert_record_bytes);
   PlanRequest none = Request(0);
   EXPECT_FALSE(MakeServingPlan(none).ok());
 }

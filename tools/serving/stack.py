@@ -2,7 +2,8 @@
 [expertd +] N inferd workers (unix sockets in a temp dir) + one gateway on
 127.0.0.1. With `expertd_model` (a converted container) one expertd owns the
 routed experts and every worker gets them from it (--expertd); the workers
-must then run the engine-backed inferd over the same container.
+must then run the engine-backed inferd over the same container. `expertd_args`
+go to expertd as well (e.g. --plan FILE with expertd_budget=None).
 
 All traffic stays on loopback / unix sockets. Every wait is bounded; every
 process started here is stopped (SIGTERM, then SIGKILL after a timeout) by
@@ -29,7 +30,7 @@ def convert_container(build_dir, model_src, prefix):
 
 class Stack:
     def __init__(self, build_dir, workers=2, worker_bin=None, worker_args=(), gateway_args=(),
-                 startup_timeout=30.0, expertd_model=None, expertd_budget="16M"):
+                 startup_timeout=30.0, expertd_model=None, expertd_budget="16M", expertd_args=()):
         self.build_dir = build_dir
         self.tmp = tempfile.mkdtemp(prefix="moe-serving-")
         self.procs = []
@@ -42,9 +43,11 @@ class Stack:
             deadline = time.time() + startup_timeout
             if expertd_model:
                 self.expertd_sock = os.path.join(self.tmp, "expertd.sock")
-                self._spawn("expertd", [os.path.join(build_dir, "services/expertd/expertd"),
-                                        f"--model={expertd_model}", f"--socket={self.expertd_sock}",
-                                        f"--budget={expertd_budget}"])
+                argv = [os.path.join(build_dir, "services/expertd/expertd"), f"--model={expertd_model}",
+                        f"--socket={self.expertd_sock}", *expertd_args]
+                if expertd_budget is not None:  # None: the budget comes from expertd_args (--plan)
+                    argv.append(f"--budget={expertd_budget}")
+                self._spawn("expertd", argv)
                 while not os.path.exists(self.expertd_sock):
                     self._check_alive()
                     if time.time() > deadline:
