@@ -15,6 +15,7 @@ namespace moe::cli {
 int RunBenchBatch(int argc, char** argv);
 int RunBenchCache(int argc, char** argv);
 int RunBenchConvert(int argc, char** argv);
+int RunBenchDense(int argc, char** argv);
 int RunBenchE2e(int argc, char** argv);
 int RunBenchIo(int argc, char** argv);
 int RunBenchKernels(int argc, char** argv);
@@ -34,6 +35,8 @@ const BenchTarget kTargets[] = {
     {"cache", "expertd policy: LRU vs ours vs Belady hit rates on a routing trace", RunBenchCache},
     {"chat", "chat-template render cost: the C++ engine vs CPython Jinja2, and over threads", RunBenchChat},
     {"convert", "moe convert MB/s vs. raw O_DIRECT read MB/s of the same input", RunBenchConvert},
+    {"dense", "the resident (dense) decode path vs its floor (bytes / measured memory bandwidth), 300-32K cached, batched",
+     RunBenchDense},
     {"e2e", "expert path of decode steps through expertd on a moe synth slice vs disk/compute floors", RunBenchE2e},
     {"io", "expertd miss path vs raw O_DIRECT reads; io_uring vs pread pool", RunBenchIo},
     {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth", RunBenchKernels},
