@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/atomic_file.h"
 #include "common/base/status.h"
 #include "common/format/safetensors_header.h"
 #include "nlohmann/json.hpp"
@@ -51,12 +52,7 @@ absl::StatusOr<SafetensorsFileLayout> LayOutSafetensors(const std::vector<Tensor
 }
 
 namespace {
-absl::Status Errno(std::string_view what, const std::string& path) {
-  const int e = errno;
-  const std::string msg = absl::StrCat(AV(what), " ", path, ": ", std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg + " (out of disk space)");
-  return absl::UnavailableError(msg);
-}
+absl::Status Errno(std::string_view what, const std::string& path) { return ErrnoStatus(what, path); }
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SafetensorsFileWriter>> SafetensorsFileWriter::Create(const std::string& path,
