@@ -48,7 +48,7 @@ std::string ServingPlan::ToText() const {
                     Gb(part.per_token_bytes), g == "embeddings" ? " (not resident: one row per token)" : "",
                     g == "mtp" ? " (read only when drafting)" : "", "\n");
   }
-  absl::StrAppend(&s, "KV: ", kv_bytes_per_token, " B/token (", kv_dtype, "); context ", context,
+  absl::StrAppend(&s, "KV: ", kv_bytes_per_token, " B/token (", kv_dtype, ", index keys ", index_keys, "); context ", context,
                   " tokens per worker = ", Gb(context * kv_bytes_per_token), "; at most ", context_max, " fit (model: ",
                   max_position_embeddings, ")\n");
   absl::StrAppend(&s, "expert cache: ", Gb(expert_cache_bytes), expertd ? " in expertd" : " per worker", " = ",
@@ -76,7 +76,7 @@ std::string ServingPlan::ToJson() const {
                        {"container_plan_id", container_plan_id}, {"policy", policy}, {"num_layers", num_layers},
                        {"moe_layers", moe_layers}, {"top_k", top_k}, {"experts_per_layer", experts_per_layer}}},
             {"request", {{"ram_bytes", ram_bytes}, {"workers", workers}, {"expertd", expertd},
-                         {"kv_dtype", kv_dtype}, {"load_mtp", load_mtp}}},
+                         {"kv_dtype", kv_dtype}, {"index_keys", index_keys}, {"load_mtp", load_mtp}}},
             {"resident", {{"shared_bytes", shared_bytes}, {"private_bytes_per_worker", private_bytes},
                           {"embedding_bytes", embedding_bytes}, {"embedding_row_bytes", embedding_row_bytes},
                           {"by_role", res}}},
@@ -120,6 +120,10 @@ absl::StatusOr<ServingPlan> ParseServingPlan(const std::string& text, const std:
     if (p.kv_dtype != "f32" && p.kv_dtype != "bf16")
       return absl::InvalidArgumentError(absl::StrCat(source, ": kv_dtype '", p.kv_dtype, "'"));
     p.load_mtp = q.at("load_mtp").get<bool>();
+    // Plans written before int8 index keys existed kept them exact.
+    p.index_keys = q.value("index_keys", std::string("exact"));
+    if (p.index_keys != "exact" && p.index_keys != "q8")
+      return absl::InvalidArgumentError(absl::StrCat(source, ": index_keys '", p.index_keys, "'"));
     const json& res = j.at("resident");
     p.shared_bytes = res.at("shared_bytes").get<int64_t>();
     p.private_bytes = res.at("private_bytes_per_worker").get<int64_t>();

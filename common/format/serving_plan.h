@@ -36,6 +36,7 @@ struct ServingPlan {
   int workers = 1;
   bool expertd = false;
   std::string kv_dtype = "f32";  // "f32" or "bf16" (KvDtype)
+  std::string index_keys = "exact";  // DSA index keys in the KV: "exact" (kv_dtype) or "q8" (IndexKeys)
   bool load_mtp = true;
   // Resident set.
   std::map<std::string, PlanPart> resident;  // by role (census groups: attention, indexer, ..., mtp)

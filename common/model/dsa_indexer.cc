@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/model/bf16.h"
 #include "common/model/linear.h"
@@ -52,12 +53,16 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
   for (size_t g = 0; g < segs.size(); ++g) {
     Seg& sg = segs[g];
     const int64_t P0 = P0s[g], T = P0 + sg.S;
-    std::vector<float> keys(T * id);
-    sg.cache->Read(cache_layer, KvCache::kIndexKey, 0, T, keys.data());
+    const bool q8 = sg.cache->index_q8() && kernels_ != nullptr;
+    std::vector<float> keys;  // exact keys (the KV dtype's values)
+    if (!q8) {
+      keys.resize(T * id);
+      sg.cache->Read(cache_layer, KvCache::kIndexKey, 0, T, keys.data());
+    }
     TopK& topk = sg.topk;
     topk.valid = true;
     topk.keys.assign(sg.S, {});
-    std::vector<float> score(T);
+    std::vector<float> score(T), dots;
     for (int64_t s = 0; s < sg.S; ++s) {
       const int64_t r = sg.row0 + s;  // batch row
       const int64_t n_causal = P0 + s + 1;
@@ -67,26 +72,59 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
         std::iota(sel.begin(), sel.end(), 0);
         continue;
       }
-      // Keys in parallel, the row's heads against each key at once
-      // (DotF32Many: the same bits as one DotF32 per head).
+      if (q8) {
+        ScoreQ8(q.data() + r * ih * id, w.data() + r * ih, *sg.cache, cache_layer, n_causal, dots, score.data());
+      } else {
+        // Keys in parallel, the row's heads against each key at once
+        // (DotF32Many: the same bits as one DotF32 per head).
 #pragma omp parallel if (n_causal * ih * id > (1 << 18))
-      {
-        std::vector<float> dots(ih);
+        {
+          std::vector<float> hd(ih);
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < n_causal; ++t) {
-          DotF32Many(q.data() + r * ih * id, id, ih, keys.data() + t * id, id, dots.data());
-          float acc = 0;
-          for (int64_t j = 0; j < ih; ++j) {
-            const float d = dots[j] * sscale;
-            acc += w[r * ih + j] * std::max(d, 0.0f);
+          for (int64_t t = 0; t < n_causal; ++t) {
+            DotF32Many(q.data() + r * ih * id, id, ih, keys.data() + t * id, id, hd.data());
+            float acc = 0;
+            for (int64_t j = 0; j < ih; ++j) acc += w[r * ih + j] * std::max(hd[j] * sscale, 0.0f);
+            score[t] = acc;
           }
-          score[t] = acc;
         }
       }
       auto idx = TopKIdx(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
       sel.assign(idx.begin(), idx.end());
       std::sort(sel.begin(), sel.end());
     }
+  }
+}
+
+// Int8 index keys (KvCache index_q8): a row's heads score its first
+// n_causal cached keys at once on the int8 kernels (the keys are a q8_row
+// matrix [n_causal, id]; IDOT quantizes each head's query to int8 with one
+// scale, int32 sums: the same bits on every ISA, batch invariant), then the
+// weighted ReLU sum over heads in f32, head order. 4x fewer key bytes than
+// f32 and int8 multiply-adds instead of f32 ones (docs/MODEL.md §4.5).
+void Model::ScoreQ8(const float* q_row, const float* w_row, const KvCache& cache, int cache_layer, int64_t n_causal,
+                    std::vector<float>& dots, float* score) const {
+  const ModelConfig& c = config_;
+  const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+  const float sscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5));
+  const KvCache::Q8Rows keys = cache.IndexKeysQ8(cache_layer);
+  const kernels::QMatrix km{QFormat::kQ8Row, n_causal, id, reinterpret_cast<const uint8_t*>(keys.data), keys.scales};
+  dots.resize(static_cast<size_t>(ih * n_causal));  // dots[j * n_causal + t] = qI_j . kI(t)
+  absl::Status st;
+  {
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    st = kernels_->Matmul(km, q_row, ih, dots.data());
+  }
+  if (!st.ok()) {  // (only for shapes the kernels refuse) the reference matmul over the same int8 keys
+    MOE_LOG(WARNING) << "indexer: int8 kernels failed (" << st.message() << "); reference matmul";
+    const WeightMatrix wm{km.format, n_causal, id, km.data, km.scales};
+    Linear(wm, q_row, ih, dots.data());
+  }
+#pragma omp parallel for schedule(static) if (n_causal * ih > (1 << 16))
+  for (int64_t t = 0; t < n_causal; ++t) {
+    float acc = 0;
+    for (int64_t j = 0; j < ih; ++j) acc += w_row[j] * std::max(dots[j * n_causal + t] * sscale, 0.0f);
+    score[t] = acc;
   }
 }
 

@@ -27,6 +27,17 @@ namespace {
 
 // One plan for both sources: resident bytes from walking the loader, expert
 // bytes per MoE layer from the stored (or re-stored) formats.
+// Whether the loaded kv_b will be integer-quantized (stored so in a
+// container, or re-stored at load with an integer --dense-format).
+bool IntegerKvB(const Container& ck, const EngineConfig& cfg) {
+  if (cfg.dense_format) return Info(*cfg.dense_format).integer;
+  const ContainerTensor* t = ck.Find("model.layers.0.self_attn.kv_b_proj.weight");
+  return t != nullptr && Info(t->format).integer;
+}
+bool IntegerKvB(const SafetensorsReader&, const EngineConfig& cfg) {
+  return cfg.dense_format && Info(*cfg.dense_format).integer;
+}
+
 template <class Src>
 absl::StatusOr<MemoryPlan> PlanFrom(const Src& ck, const ModelConfig& c, const EngineConfig& cfg) {
   MemoryPlan p;
@@ -42,10 +53,8 @@ absl::StatusOr<MemoryPlan> PlanFrom(const Src& ck, const ModelConfig& c, const E
   }
   p.experts_per_token_bytes = p.expert_bytes_each * c.num_experts_per_tok;
   p.expert_cache_bytes = std::min(cfg.expert_budget_bytes, p.expert_total_bytes);
-  int64_t per_layer = c.kv_lora_rank + c.qk_rope_head_dim;
-  int64_t w = 0;
-  for (int l = 0; l < c.num_hidden_layers; ++l) w += per_layer + (c.has_indexer && c.indexer_full[l] ? c.index_head_dim : 0);
-  p.kv_bytes_per_token = w * (cfg.kv_dtype == KvDtype::kF32 ? 4 : 2);
+  p.index_q8 = c.has_indexer && IndexKeysQ8(cfg.index_keys, IntegerKvB(ck, cfg));
+  p.kv_bytes_per_token = KvBytesPerToken(c, cfg.kv_dtype, p.index_q8);
   p.max_context = c.max_position_embeddings;
   return p;
 }
@@ -91,6 +100,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
     load_expert = [ck, cc](int layer, int expert) { return LoadExpertFromCheckpoint(*ck, cc, layer, expert); };
   }
   if (cfg.dense_format) MOE_RETURN_IF_ERROR(RequantizeDense(*weights, *cfg.dense_format));
+  // The same rule as --attention auto: int8 index keys where kv_b is integer.
+  e->index_q8_ = c.has_indexer && IndexKeysQ8(cfg.index_keys, ResolveAttention(AttentionPath::kAuto, *weights) ==
+                                                                  AttentionPath::kAbsorbed);
   if (cfg.expert_source) {
     if (!e->container_) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -190,7 +202,7 @@ absl::StatusOr<MtpDrafts> Engine::TeacherForcedMtpDrafts(std::span<const int32_t
   if (ids.size() < 2) return absl::InvalidArgumentError("MTP drafts need at least 2 ids");
   const ModelConfig& c = config();
   KvCache cache = NewCache();
-  KvCache mtp = KvCache::ForModel(c, KvDtype::kF32, /*mtp=*/true);
+  KvCache mtp = KvCache::ForModel(c, KvDtype::kF32, /*mtp=*/true, index_q8_);
   MOE_ASSIGN_OR_RETURN(ForwardResult f, model_->Forward(ids, cache, /*all_rows=*/true));
   const size_t n = ids.size() - 1;
   MOE_ASSIGN_OR_RETURN(MtpResult m, model_->MtpForward(std::span<const float>(f.hidden).first(n * c.hidden_size),

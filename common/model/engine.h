@@ -30,6 +30,7 @@ struct EngineConfig {
   std::optional<Numerics> numerics;                // default: from config dtype (bf16 -> kHfBf16)
   AttentionPath attention = AttentionPath::kAuto;  // see AttentionPath (model.h)
   KvDtype kv_dtype = KvDtype::kF32;
+  IndexKeys index_keys = IndexKeys::kAuto;  // see IndexKeys (kv_cache.h)
   bool load_mtp = true;
   // Re-store weights at load (quality experiments; `moe convert` is the
   // production path): routed experts and/or dense projections.
@@ -53,6 +54,7 @@ struct MemoryPlan {
   int64_t expert_total_bytes = 0;  // all routed experts
   int64_t expert_cache_bytes = 0;  // min(budget, total)
   int64_t kv_bytes_per_token = 0;
+  bool index_q8 = false;    // index keys at int8 (EngineConfig::index_keys resolved)
   int64_t max_context = 0;  // the model's max_position_embeddings
   std::string ToString() const;
 };
@@ -107,7 +109,8 @@ class Engine {
   LocalExpertSource& local_source() { return *local_; }
   bool has_local_source() const { return local_ != nullptr; }
   ExpertSource& expert_source() { return *source_; }
-  KvCache NewCache() const { return KvCache::ForModel(config(), cfg_.kv_dtype); }
+  KvCache NewCache() const { return KvCache::ForModel(config(), cfg_.kv_dtype, /*mtp=*/false, index_q8_); }
+  bool index_q8() const { return index_q8_; }
 
   // Feeds the prompt (continuing `cache`) and generates up to max_tokens,
   // stopping after an EOS id. The cache ends holding prompt + all generated
@@ -121,6 +124,7 @@ class Engine {
 
  private:
   EngineConfig cfg_;
+  bool index_q8_ = false;
   std::unique_ptr<SafetensorsReader> ck_;
   std::unique_ptr<Container> container_;  // set when model_dir is a converted container
   std::unique_ptr<LocalExpertSource> local_;

@@ -13,6 +13,9 @@ void EngineFlags::Register(FlagSet& flags, const std::string& model_help) {
   flags.AddString("model", &model, model_help);
   flags.AddString("attention", &attention, kAttentionFlagHelp);
   flags.AddString("kv-dtype", &kv_dtype, "KV cache storage: f32 or bf16");
+  flags.AddString("index-keys", &index_keys,
+                  "DSA index keys in the KV cache: auto (int8 where kv_b is integer: converted containers), exact "
+                  "(the KV dtype, HF's numbers) or q8 (int8 + one scale per key)");
   flags.AddBytes("ram-budget", &ram_budget,
                  "RAM for resident weights + KV of the context + in-process expert cache (bytes, K/M/G; 0: no "
                  "budget, the plan must still fit MemAvailable)");
@@ -43,7 +46,13 @@ absl::StatusOr<FittedPlan> EngineFlags::ResolvePlan(int64_t kv_tokens, EngineCon
     return absl::OutOfRangeError(absl::StrCat("the request needs ", kv_tokens,
                                               " tokens of context; the serving plan ", plan, " gives each worker ",
                                               p.context, " (moe plan --context N plans more)"));
+  const IndexKeys planned = p.index_keys == "q8" ? IndexKeys::kQ8 : IndexKeys::kExact;
+  if (flags_ != nullptr && flags_->WasSet("index-keys") && cfg.index_keys != IndexKeys::kAuto &&
+      cfg.index_keys != planned)
+    return absl::InvalidArgumentError(absl::StrCat("--index-keys ", index_keys, " differs from the serving plan's ",
+                                                   p.index_keys, " (", plan, ")"));
   cfg.kv_dtype = p.kv_dtype == "bf16" ? KvDtype::kBF16 : KvDtype::kF32;
+  cfg.index_keys = planned;
   cfg.load_mtp = p.load_mtp;
   if (!p.expertd) cfg.expert_budget_bytes = p.expert_cache_bytes;
   FittedPlan out;
@@ -79,6 +88,11 @@ absl::StatusOr<FittedPlan> EngineFlags::Resolve(int64_t kv_tokens, EngineConfig 
     cfg.kv_dtype = KvDtype::kBF16;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--kv-dtype must be f32 or bf16, got '", kv_dtype, "'"));
+  }
+  {
+    absl::StatusOr<IndexKeys> ik = ParseIndexKeys(index_keys);
+    if (!ik.ok()) return Annotate(ik.status(), "--index-keys");
+    cfg.index_keys = *ik;
   }
   if (ram_budget > 0 && expert_budget > 0)
     return absl::InvalidArgumentError("give --ram-budget or --expert-budget, not both");

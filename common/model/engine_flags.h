@@ -6,6 +6,7 @@
 //   --model DIR              HF checkpoint (config.json + safetensors) or `moe convert` container
 //   --attention MODE         auto | explicit | absorbed (AttentionPath, model.h)
 //   --kv-dtype f32|bf16      KV cache storage (KvDtype, kv_cache.h)
+//   --index-keys auto|exact|q8  DSA index keys in the KV (IndexKeys, kv_cache.h)
 //   --ram-budget BYTES       resident weights + KV + in-process expert cache (0: no budget;
 //                            the up-front need must still fit MemAvailable)
 //   --expert-budget BYTES    the in-process expert cache alone (LocalExpertSource)
@@ -40,6 +41,7 @@ struct EngineFlags {
   std::string model;
   std::string attention = "auto";
   std::string kv_dtype = "f32";
+  std::string index_keys = "auto";
   uint64_t ram_budget = 0;
   uint64_t expert_budget = 0;
   std::string expertd;

@@ -4,9 +4,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/atomic_file.h"
 #include "common/base/status.h"
 #include "common/format/crc32c.h"
+#include "common/format/quantize.h"
 #include "common/model/bf16.h"
 
 namespace moe {
@@ -14,8 +16,12 @@ namespace {
 
 constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'V', 'C', 'C', '1'};
 // Version 2: the checksum is CRC32C (common/format/crc32c.h), masked.
-// Version 1 files (a private CRC-32, same layout) are refused by version.
-constexpr uint32_t kVersion = 2;
+// Version 3: LayerHeader.flags bit 0 = index keys at int8 (then the index
+// rows are n x index_dim int8 codes followed by n f32 scales). Version 2
+// files (f32 / bf16 index keys, flags 0) are read; version 1 is refused.
+constexpr uint32_t kVersion = 3;
+constexpr uint32_t kOldestReadable = 2;
+constexpr uint32_t kLayerIndexQ8 = 1;
 
 // File layout (little-endian):
 //   FileHeader
@@ -37,32 +43,87 @@ static_assert(sizeof(FileHeader) == 56, "FileHeader layout");
 struct LayerHeader {
   int64_t n;
   uint32_t has_index;
-  uint32_t reserved;
+  uint32_t flags;  // kLayerIndexQ8 (version 3)
 };
 static_assert(sizeof(LayerHeader) == 16, "LayerHeader layout");
 
 }  // namespace
 
-KvCache::KvCache(int64_t latent_dim, int64_t rope_dim, int64_t index_dim, std::vector<bool> index_key, KvDtype dtype)
-    : latent_(latent_dim), rope_(rope_dim), index_(index_dim), dtype_(dtype) {
+std::string_view IndexKeysName(IndexKeys k) {
+  switch (k) {
+    case IndexKeys::kExact:
+      return "exact";
+    case IndexKeys::kQ8:
+      return "q8";
+    case IndexKeys::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+absl::StatusOr<IndexKeys> ParseIndexKeys(std::string_view name) {
+  for (IndexKeys k : {IndexKeys::kAuto, IndexKeys::kExact, IndexKeys::kQ8})
+    if (name == IndexKeysName(k)) return k;
+  return absl::InvalidArgumentError(absl::StrCat("index keys must be auto, exact or q8, got '", AV(name), "'"));
+}
+
+bool IndexKeysQ8(IndexKeys k, bool integer_kv_b) {
+  return k == IndexKeys::kQ8 || (k == IndexKeys::kAuto && integer_kv_b);
+}
+
+KvCache::KvCache(int64_t latent_dim, int64_t rope_dim, int64_t index_dim, std::vector<bool> index_key, KvDtype dtype,
+                 bool index_q8)
+    : latent_(latent_dim), rope_(rope_dim), index_(index_dim), dtype_(dtype), index_q8_(index_q8) {
   layers_.resize(index_key.size());
   for (size_t i = 0; i < index_key.size(); ++i) layers_[i].has_index = index_key[i];
 }
 
-KvCache KvCache::ForModel(const ModelConfig& c, KvDtype dtype, bool mtp) {
+KvCache KvCache::ForModel(const ModelConfig& c, KvDtype dtype, bool mtp, bool index_q8) {
   std::vector<bool> idx;
   if (mtp) {
     idx.push_back(c.has_indexer);
   } else {
     for (int l = 0; l < c.num_hidden_layers; ++l) idx.push_back(c.has_indexer && c.indexer_full[l]);
   }
-  return KvCache(c.kv_lora_rank, c.qk_rope_head_dim, c.has_indexer ? c.index_head_dim : 0, idx, dtype);
+  return KvCache(c.kv_lora_rank, c.qk_rope_head_dim, c.has_indexer ? c.index_head_dim : 0, idx, dtype,
+                 index_q8 && c.has_indexer);
+}
+
+int64_t KvLatentBytesPerToken(const ModelConfig& c, KvDtype dtype) {
+  return static_cast<int64_t>(c.num_hidden_layers) * (c.kv_lora_rank + c.qk_rope_head_dim) *
+         (dtype == KvDtype::kF32 ? 4 : 2);
+}
+
+int64_t KvBytesPerToken(const ModelConfig& c, KvDtype dtype, bool index_q8) {
+  int64_t b = KvLatentBytesPerToken(c, dtype);
+  for (int l = 0; l < c.num_hidden_layers; ++l)
+    if (c.has_indexer && c.indexer_full[l])
+      b += index_q8 ? c.index_head_dim + 4 : c.index_head_dim * (dtype == KvDtype::kF32 ? 4 : 2);
+  return b;
+}
+
+KvCache::Q8Rows KvCache::IndexKeysQ8(int layer) const {
+  const Layer& L = layers_[layer];
+  return {reinterpret_cast<const int8_t*>(L.data[kIndexKey].data()), L.index_scales.data()};
 }
 
 void KvCache::Append(int layer, Stream s, const float* row) {
   Layer& L = layers_[layer];
   const int64_t w = width(s);
   auto& d = L.data[s];
+  if (s == kIndexKey && index_q8_) {
+    const size_t off = d.size();
+    d.resize(off + w);
+    float scale = 0;
+    int64_t bad = 0;
+    // Non-finite keys cannot be quantized: stored as zeros (score 0), as a NaN would poison the top-k anyway.
+    if (!QuantizeRow(QFormat::kQ8Row, row, w, d.data() + off, &scale, &bad)) {
+      std::memset(d.data() + off, 0, w);
+      scale = 0;
+    }
+    L.index_scales.push_back(scale);
+    return;
+  }
   const size_t off = d.size();
   d.resize(off + w * ElemBytes());
   if (dtype_ == KvDtype::kF32) {
@@ -79,6 +140,11 @@ void KvCache::Append(int layer, Stream s, const float* row) {
 void KvCache::Read(int layer, Stream s, int64_t t0, int64_t n, float* out) const {
   const Layer& L = layers_[layer];
   const int64_t w = width(s);
+  if (s == kIndexKey && index_q8_) {
+    for (int64_t t = t0; t < t0 + n; ++t)
+      DequantizeRow(QFormat::kQ8Row, L.data[s].data() + t * w, &L.index_scales[t], w, out + (t - t0) * w);
+    return;
+  }
   const uint8_t* src = L.data[s].data() + t0 * w * ElemBytes();
   if (dtype_ == KvDtype::kF32) {
     std::memcpy(out, src, n * w * 4);
@@ -102,10 +168,10 @@ void KvCache::Truncate(int64_t n) {
     if (L.n <= n) continue;
     L.n = n;
     for (int s = 0; s < 3; ++s) {
-      const int64_t w = width(static_cast<Stream>(s));
-      const size_t want = static_cast<size_t>(n * w * ElemBytes());
+      const size_t want = static_cast<size_t>(n * RowBytesOf(static_cast<Stream>(s)));
       if (L.data[s].size() > want) L.data[s].resize(want);
     }
+    if (L.index_scales.size() > static_cast<size_t>(n)) L.index_scales.resize(n);
   }
 }
 
@@ -113,6 +179,7 @@ int64_t KvCache::Bytes() const {
   int64_t b = 0;
   for (const Layer& L : layers_) {
     for (int s = 0; s < 3; ++s) b += static_cast<int64_t>(L.data[s].size());
+    b += static_cast<int64_t>(L.index_scales.size() * sizeof(float));
   }
   return b;
 }
@@ -132,9 +199,11 @@ absl::Status KvCache::Save(const std::string& path) const {
   buf.append(reinterpret_cast<const char*>(&h), sizeof(h));
   buf.append(reinterpret_cast<const char*>(tokens_.data()), tokens_.size() * 4);
   for (const Layer& L : layers_) {
-    LayerHeader lh{L.n, L.has_index ? 1u : 0u, 0};
+    LayerHeader lh{L.n, L.has_index ? 1u : 0u, index_q8_ && L.has_index ? kLayerIndexQ8 : 0u};
     buf.append(reinterpret_cast<const char*>(&lh), sizeof(lh));
     for (int s = 0; s < 3; ++s) buf.append(reinterpret_cast<const char*>(L.data[s].data()), L.data[s].size());
+    if (lh.flags & kLayerIndexQ8)
+      buf.append(reinterpret_cast<const char*>(L.index_scales.data()), L.index_scales.size() * sizeof(float));
   }
   const uint32_t crc = crc32c::Mask(crc32c::Value(buf.data(), buf.size()));
   buf.append(reinterpret_cast<const char*>(&crc), 4);
@@ -152,11 +221,11 @@ absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
   FileHeader h;
   std::memcpy(&h, buf.data(), sizeof(h));
   if (std::memcmp(h.magic, kMagic, 8) != 0) return bad("not a moestream KV cache file (bad magic)");
-  if (h.version != kVersion) {
+  if (h.version < kOldestReadable || h.version > kVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         path, ": KV cache file version ", h.version, h.version < kVersion ? " (written by an older moestream)" : "",
-        "; this build reads version ", kVersion, " only (checksum CRC32C; version 1 used CRC-32): run the "
-        "conversation again to save a new file"));
+        "; this build reads versions ", kOldestReadable, " to ", kVersion,
+        " (checksum CRC32C; version 1 used CRC-32): run the conversation again to save a new file"));
   }
   uint32_t crc;
   std::memcpy(&crc, buf.data() + buf.size() - 4, 4);
@@ -168,6 +237,7 @@ absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
   const size_t end = buf.size() - 4;
   std::vector<bool> idx(h.num_layers, false);
   KvCache c(h.latent_dim, h.rope_dim, h.index_dim, idx, static_cast<KvDtype>(h.dtype));
+  bool any_q8 = false, any_plain = false;
   if (static_cast<size_t>(h.num_tokens) * 4 > end - off) return bad("truncated token list");
   c.pending_ = h.pending_token;
   c.tokens_.resize(h.num_tokens);
@@ -182,11 +252,23 @@ absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
     Layer& L = c.layers_[l];
     L.has_index = lh.has_index != 0;
     L.n = lh.n;
+    if (lh.flags & ~kLayerIndexQ8 || (h.version < 3 && lh.flags != 0)) return bad("corrupt layer header");
+    const bool q8 = (lh.flags & kLayerIndexQ8) != 0;
+    if (L.has_index) (q8 ? any_q8 : any_plain) = true;
+    if (any_q8 && any_plain) return bad("layers disagree on the index-key format");
+    c.index_q8_ = any_q8;
     for (int s = 0; s < 3; ++s) {
       if (s == kIndexKey && !L.has_index) continue;
-      const size_t bytes = static_cast<size_t>(lh.n * c.width(static_cast<Stream>(s)) * c.ElemBytes());
+      const size_t bytes = static_cast<size_t>(lh.n * c.RowBytesOf(static_cast<Stream>(s)));
       if (end - off < bytes) return bad("truncated layer data");
       L.data[s].assign(buf.data() + off, buf.data() + off + bytes);
+      off += bytes;
+    }
+    if (q8) {
+      const size_t bytes = static_cast<size_t>(lh.n) * sizeof(float);
+      if (end - off < bytes) return bad("truncated index-key scales");
+      L.index_scales.resize(lh.n);
+      std::memcpy(L.index_scales.data(), buf.data() + off, bytes);
       off += bytes;
     }
   }

@@ -8,6 +8,12 @@
 // BF16 numerics every cached value is already a bf16 number, so the bf16 form
 // is lossless there; under f32 numerics it rounds (effect measured in tests).
 //
+// DSA index keys can instead be kept at int8 (`index_q8`): q8_row of the
+// 128-wide key (one f32 scale per token: 132 B instead of 512 / 256), the
+// form the reference implementations keep (FP8 + a per-128 scale) and what
+// the indexer scores on the int8 kernels (docs/MODEL.md, "DSA indexer").
+// Read() of the index stream dequantizes; IndexKeysQ8() gives the raw rows.
+//
 // Persistence: Save() publishes (atomically: common/base/atomic_file.h) a
 // versioned file checked by CRC32C holding the conversation's token ids and
 // every layer's rows; Load() restores it so a new process continues exactly
@@ -19,6 +25,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,15 +35,27 @@ namespace moe {
 
 enum class KvDtype : uint32_t { kF32 = 0, kBF16 = 1 };
 
+// How the cache keeps DSA index keys. kAuto: int8 (kQ8) when kv_b is
+// integer-quantized - every converted container, the form GLM-5 is served
+// in, where the indexer then scores on the int8 kernels - and exact (the KV
+// dtype) for unquantized checkpoints, where HF-exact tokens are the contract.
+enum class IndexKeys { kAuto, kExact, kQ8 };
+std::string_view IndexKeysName(IndexKeys k);
+// "auto" | "exact" | "q8"; anything else is refused naming the value.
+absl::StatusOr<IndexKeys> ParseIndexKeys(std::string_view name);
+// kAuto resolved for a model whose kv_b is (not) integer-quantized.
+bool IndexKeysQ8(IndexKeys k, bool integer_kv_b);
+
 class KvCache {
  public:
   enum Stream { kLatent = 0, kRope = 1, kIndexKey = 2 };
 
   // One cache per layer list: `index_key[l]` says whether layer l keeps an
   // indexer key stream.
-  KvCache(int64_t latent_dim, int64_t rope_dim, int64_t index_dim, std::vector<bool> index_key, KvDtype dtype);
+  KvCache(int64_t latent_dim, int64_t rope_dim, int64_t index_dim, std::vector<bool> index_key, KvDtype dtype,
+          bool index_q8 = false);
   // Cache for the main model's layers (or the MTP layer when `mtp`).
-  static KvCache ForModel(const ModelConfig& c, KvDtype dtype, bool mtp = false);
+  static KvCache ForModel(const ModelConfig& c, KvDtype dtype, bool mtp = false, bool index_q8 = false);
 
   int num_layers() const { return static_cast<int>(layers_.size()); }
   int64_t length(int layer) const { return layers_[layer].n; }
@@ -45,6 +64,14 @@ class KvCache {
   bool has_index_key(int layer) const { return layers_[layer].has_index; }
   int64_t width(Stream s) const { return s == kLatent ? latent_ : s == kRope ? rope_ : index_; }
   KvDtype dtype() const { return dtype_; }
+  bool index_q8() const { return index_q8_; }
+  // The int8 index keys of `layer` (index_q8 only): length(layer) rows of
+  // width(kIndexKey) codes and one scale per row (q8_row, common/format/qformat.h).
+  struct Q8Rows {
+    const int8_t* data = nullptr;
+    const float* scales = nullptr;
+  };
+  Q8Rows IndexKeysQ8(int layer) const;
 
   // Appends one token's row of `s` to layer `layer` (rows of each stream must
   // be appended in step; the latent append advances the length).
@@ -74,14 +101,25 @@ class KvCache {
     bool has_index = false;
     int64_t n = 0;
     std::vector<uint8_t> data[3];
+    std::vector<float> index_scales;  // index_q8: one per token
   };
   int64_t ElemBytes() const { return dtype_ == KvDtype::kF32 ? 4 : 2; }
+  // Bytes of one stored row of stream s (the q8 index row without its scale).
+  int64_t RowBytesOf(Stream s) const { return s == kIndexKey && index_q8_ ? index_ : width(s) * ElemBytes(); }
 
   int64_t latent_, rope_, index_;
   KvDtype dtype_;
+  bool index_q8_ = false;
   std::vector<Layer> layers_;
   std::vector<int32_t> tokens_;
   int32_t pending_ = -1;
 };
+
+// Bytes one token adds to the main model's cache (every layer's latent and
+// rope key, the indexer key on "full" layers: int8 + scale with index_q8).
+int64_t KvBytesPerToken(const ModelConfig& c, KvDtype dtype, bool index_q8);
+// Of which the latents and rope keys (attention reads at most index_topk of
+// these per token; the indexer reads every index key).
+int64_t KvLatentBytesPerToken(const ModelConfig& c, KvDtype dtype);
 
 }  // namespace moe

@@ -181,6 +181,9 @@ class Model {
                  float* attn) const;
   void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, std::span<Seg> segs,
                std::span<const int64_t> P0s, int cache_layer) const;
+  // One row's indexer scores of its n_causal keys from int8 index keys (KvCache::index_q8).
+  void ScoreQ8(const float* q_row, const float* w_row, const KvCache& cache, int cache_layer, int64_t n_causal,
+               std::vector<float>& dots, float* score) const;
   // pos[s]: sequence position of row s (the route tap reports it).
   absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, std::span<const int64_t> pos,
                    float* out) const;

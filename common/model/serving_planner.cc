@@ -154,6 +154,12 @@ Fit Place(const PlanRequest& r, const ModelConfig& c, const Layout& lay, const s
   p.expertd = r.expertd;
   p.kv_dtype = r.kv_dtype == KvDtype::kF32 ? "f32" : "bf16";
   p.load_mtp = r.load_mtp;
+  // Index keys: the engine's rule (IndexKeysQ8) on the kv_b the loader will hold.
+  bool integer_kv_b = false;
+  for (const Part& t : lay.parts)
+    if (t.name == "model.layers.0.self_attn.kv_b_proj.weight") integer_kv_b = Info(t.format).integer;
+  const bool index_q8 = c.has_indexer && IndexKeysQ8(r.index_keys, integer_kv_b);
+  p.index_keys = std::string(IndexKeysName(index_q8 ? IndexKeys::kQ8 : IndexKeys::kExact));
   p.max_position_embeddings = c.max_position_embeddings;
   std::map<std::string, std::vector<QFormat>> formats;
   for (const Part& t : lay.parts) {
@@ -171,13 +177,10 @@ Fit Place(const PlanRequest& r, const ModelConfig& c, const Layout& lay, const s
     (t.mapped ? p.shared_bytes : p.private_bytes) += t.bytes;
   }
   for (auto& [g, part] : p.resident) part.formats = FormatsOf(formats[g]);
-  const int64_t e = r.kv_dtype == KvDtype::kF32 ? 4 : 2;
-  int64_t kv_latent = 0, kv_index = 0;
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    kv_latent += (c.kv_lora_rank + c.qk_rope_head_dim) * e;
-    if (c.has_indexer && c.indexer_full[l]) kv_index += c.index_head_dim * e;
-  }
-  p.kv_bytes_per_token = kv_latent + kv_index;
+  p.kv_bytes_per_token = KvBytesPerToken(c, r.kv_dtype, index_q8);
+  // Of which every layer's latent + rope key; the indexer keys are the rest.
+  const int64_t kv_latent = KvLatentBytesPerToken(c, r.kv_dtype);
+  const int64_t kv_index = p.kv_bytes_per_token - kv_latent;
   p.expert_record_bytes = lay.record_bytes;
   p.expert_records = static_cast<int64_t>(p.moe_layers) * c.n_routed_experts;
   const int W = p.workers;

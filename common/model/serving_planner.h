@@ -40,6 +40,7 @@ struct PlanRequest {
   int workers = 1;            // inferd processes (or 1 for moe run)
   bool expertd = false;       // routed experts in one expertd shared by the workers (else in-process, per worker)
   KvDtype kv_dtype = KvDtype::kF32;
+  IndexKeys index_keys = IndexKeys::kAuto;  // resolved against the stored kv_b (kv_cache.h)
   bool load_mtp = true;
   // Memory read and disk read bandwidth (GB/s, 1e9); 0: measured now
   // (memory: 2 threads over 512 MiB; disk: O_DIRECT reads of the model's own

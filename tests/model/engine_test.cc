@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <algorithm>
 #include <map>
@@ -574,6 +575,58 @@ TEST_P(EngineTest, KvBf16AgreementUnderF32Numerics) {
     std::printf("kv bf16 vs f32 storage (f32 numerics): argmax %d/%zu equal, max |dlogit| %.4f\n", agree, kIds.size(), maxd);
     EXPECT_GE(agree * 10, static_cast<int>(kIds.size()) * 9);
   }
+}
+
+// Int8 DSA index keys (IndexKeys, kv_cache.h): auto picks them where kv_b is
+// integer (a default-policy container) and not for bf16 weights; the plan
+// counts their bytes; prefill, chunked prefill and one token at a time still
+// agree bit for bit; against exact keys the teacher-forced argmax mostly
+// agrees (measured, printed: the cost of q8 keys against HF-exact ones).
+TEST_P(EngineTest, Int8IndexKeysAutoPlannedBatchInvariantAndClose) {
+  ConvertOptions o;  // default policy: q8 dense (kv_b integer)
+  o.in_dir = dir_;
+  o.out_dir = dir_ + "_container_idx";
+  std::filesystem::remove_all(o.out_dir);
+  auto conv = ConvertCheckpoint(o);
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  const bool dsa = spec_.glm;  // DeepSeek-V3 has no indexer: nothing changes
+  auto hf = OpenOrDie(dir_);
+  ASSERT_TRUE(hf);
+  EXPECT_FALSE(hf->index_q8());
+  EngineConfig exact_cfg;
+  exact_cfg.index_keys = IndexKeys::kExact;
+  auto q8 = OpenOrDie(o.out_dir), exact = OpenOrDie(o.out_dir, exact_cfg);
+  ASSERT_TRUE(q8 && exact);
+  EXPECT_EQ(q8->index_q8(), dsa);
+  EXPECT_FALSE(exact->index_q8());
+  EXPECT_EQ(q8->NewCache().index_q8(), dsa);
+  auto pq = Engine::Plan(o.out_dir, {}), pe = Engine::Plan(o.out_dir, exact_cfg);
+  ASSERT_TRUE(pq.ok() && pe.ok());
+  const ModelConfig& c = q8->config();
+  EXPECT_EQ(pq->kv_bytes_per_token, KvBytesPerToken(c, KvDtype::kF32, dsa));
+  if (dsa) EXPECT_LT(pq->kv_bytes_per_token, pe->kv_bytes_per_token);
+
+  const int64_t V = c.vocab_size;
+  KvCache a = q8->NewCache();
+  auto all = q8->model().Forward(kIds, a, true);
+  ASSERT_TRUE(all.ok()) << all.status();
+  KvCache b = q8->NewCache();
+  for (size_t i = 0; i < kIds.size(); ++i) {
+    auto one = q8->model().Forward(std::span(kIds).subspan(i, 1), b, false);
+    ASSERT_TRUE(one.ok());
+    ASSERT_EQ(0, std::memcmp(one->logits.data(), all->logits.data() + i * V, V * sizeof(float))) << "row " << i;
+  }
+  KvCache e = exact->NewCache();
+  auto ref = exact->model().Forward(kIds, e, true);
+  ASSERT_TRUE(ref.ok());
+  int agree = 0;
+  for (size_t r = 0; r < kIds.size(); ++r)
+    agree += Argmax(all->logits.data() + r * V, V) == Argmax(ref->logits.data() + r * V, V);
+  std::printf("index keys q8 vs exact (%s): teacher-forced argmax %d/%zu equal\n", dsa ? "GLM-5" : "DSv3", agree,
+              kIds.size());
+  if (!dsa) EXPECT_EQ(all->logits, ref->logits);
+  EXPECT_GE(agree * 10, static_cast<int>(kIds.size()) * 8);
+  std::filesystem::remove_all(o.out_dir);
 }
 
 // The one fit check of moe run and inferd: a RAM budget below the resident

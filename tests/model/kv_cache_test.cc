@@ -1,18 +1,25 @@
 // KvCache::ReadRows (the gather DSA attention reads a long context with)
 // returns exactly what Read returns for each row, in the order asked, for
 // both storage types; the saved file round-trips, and files of the previous
-// version (CRC-32) or with a damaged checksum are refused, each by its cause.
+// version (CRC-32) or with a damaged checksum are refused, each by its cause;
+// version-2 files (before int8 index keys) are still read. Int8 index keys
+// (index_q8) hold each key to half a quantization step, give the raw rows the
+// indexer scores, and survive Truncate and Save/Load bit for bit.
 #include "common/model/kv_cache.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "common/format/crc32c.h"
 
 namespace moe {
 namespace {
@@ -108,7 +115,7 @@ TEST(KvCache, SaveLoadRoundTripsAndOldOrDamagedFilesAreRefusedByCause) {
   EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition) << old.status();
   const std::string msg(old.status().message());
   EXPECT_NE(msg.find("version 1"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("reads version 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reads versions 2 to 3"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("mismatch"), std::string::npos) << msg;  // a version error, not a checksum mismatch
 
   // A damaged current-version file: the checksum says so.
@@ -118,7 +125,80 @@ TEST(KvCache, SaveLoadRoundTripsAndOldOrDamagedFilesAreRefusedByCause) {
   auto damaged = KvCache::Load(path);
   EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss) << damaged.status();
   EXPECT_NE(std::string(damaged.status().message()).find("checksum mismatch"), std::string::npos);
+
+  // A version-2 file (this cache has no int8 keys: every layer's flags are 0) is read.
+  std::string v2 = bytes.substr(0, bytes.size() - 4);
+  const uint32_t two = 2;
+  std::memcpy(v2.data() + 8, &two, 4);
+  const uint32_t crc2 = crc32c::Mask(crc32c::Value(v2.data(), v2.size()));
+  v2.append(reinterpret_cast<const char*>(&crc2), 4);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << v2;
+  auto older = KvCache::Load(path);
+  ASSERT_TRUE(older.ok()) << older.status();
+  EXPECT_EQ(older->tokens(), c.tokens());
+  EXPECT_FALSE(older->index_q8());
   std::filesystem::remove_all(dir);
+}
+
+TEST(KvCache, Int8IndexKeysQuantizeReadTruncateAndRoundTrip) {
+  const int64_t id = 128;
+  KvCache c(4, 2, id, {true, false}, KvDtype::kF32, /*index_q8=*/true);
+  ASSERT_TRUE(c.index_q8());
+  std::vector<std::vector<float>> keys;
+  for (int t = 0; t < 5; ++t) {
+    std::vector<float> k(id);
+    for (int64_t i = 0; i < id; ++i) k[i] = std::sin(0.37f * (i + 1) * (t + 1)) * (t + 1);
+    keys.push_back(k);
+    const float lat[4] = {1, 2, 3, 4}, rope[2] = {5, 6};
+    for (int l = 0; l < 2; ++l) {
+      c.Append(l, KvCache::kRope, rope);
+      c.Append(l, KvCache::kLatent, lat);
+    }
+    c.Append(0, KvCache::kIndexKey, k.data());
+  }
+  // 128 codes + one f32 scale per key; latents and rope keys as before.
+  EXPECT_EQ(c.Bytes(), 5 * (id + 4) + 2 * 5 * (4 + 2) * 4);
+  std::vector<float> got(5 * id);
+  c.Read(0, KvCache::kIndexKey, 0, 5, got.data());
+  const KvCache::Q8Rows raw = c.IndexKeysQ8(0);
+  for (int t = 0; t < 5; ++t) {
+    float amax = 0;
+    for (float v : keys[t]) amax = std::max(amax, std::fabs(v));
+    EXPECT_FLOAT_EQ(raw.scales[t], amax / 127.0f) << t;
+    for (int64_t i = 0; i < id; ++i) {
+      EXPECT_NEAR(got[t * id + i], keys[t][i], raw.scales[t] / 2 + 1e-6f) << t << "," << i;
+      EXPECT_EQ(got[t * id + i], raw.data[t * id + i] * raw.scales[t]);
+    }
+  }
+  const std::string dir = (std::filesystem::temp_directory_path() / ("moe-kvq8-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/q8.kv";
+  c.Truncate(3);
+  EXPECT_EQ(c.Bytes(), 3 * (id + 4) + 2 * 3 * (4 + 2) * 4);
+  ASSERT_TRUE(c.Save(path).ok());
+  auto back = KvCache::Load(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->index_q8());
+  EXPECT_EQ(back->length(0), 3);
+  std::vector<float> again(3 * id);
+  back->Read(0, KvCache::kIndexKey, 0, 3, again.data());
+  for (int64_t i = 0; i < 3 * id; ++i) EXPECT_EQ(again[i], got[i]) << i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvCache, IndexKeysNamesParseAndResolve) {
+  for (IndexKeys k : {IndexKeys::kAuto, IndexKeys::kExact, IndexKeys::kQ8}) {
+    auto p = ParseIndexKeys(IndexKeysName(k));
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(*p, k);
+  }
+  auto bad = ParseIndexKeys("fp8");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find("'fp8'"), std::string::npos);
+  EXPECT_TRUE(IndexKeysQ8(IndexKeys::kAuto, true));
+  EXPECT_FALSE(IndexKeysQ8(IndexKeys::kAuto, false));
+  EXPECT_TRUE(IndexKeysQ8(IndexKeys::kQ8, false));
+  EXPECT_FALSE(IndexKeysQ8(IndexKeys::kExact, true));
 }
 
 }  // namespace

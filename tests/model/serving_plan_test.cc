@@ -14,6 +14,7 @@
 #include "common/model/engine.h"
 #include "common/model/serving_planner.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/format/synth_fixture.h"
 
 namespace moe {
@@ -83,8 +84,19 @@ TEST_F(ServingPlanTest, CountsWhatTheLoaderTakes) {
   for (const auto& [g, part] : p->resident)
     if (g != "mtp" && g != "embeddings") dense += part.bytes;
   const int64_t T = p->context;
-  const int64_t kv = (128 + 64) * 4 * 2 * std::min<int64_t>(T, 2048) + 128 * 4 * 2 * T;  // 2 layers, f32
+  // 2 layers, f32 latents; the container's kv_b is int8, so index keys are int8 + a scale (auto).
+  EXPECT_EQ(p->index_keys, "q8");
+  const int64_t kv = (128 + 64) * 4 * 2 * std::min<int64_t>(T, 2048) + (128 + 4) * 2 * T;
   EXPECT_EQ(p->kv_read_bytes_per_token, kv);
+  EXPECT_EQ(p->kv_bytes_per_token, (128 + 64) * 4 * 2 + (128 + 4) * 2);
+  PlanRequest exact = Request(1ull << 30);
+  exact.index_keys = IndexKeys::kExact;
+  auto pe = MakeServingPlan(exact);
+  ASSERT_TRUE(pe.ok()) << pe.status().message();
+  EXPECT_EQ(pe->index_keys, "exact");
+  EXPECT_EQ(pe->kv_bytes_per_token, (128 + 64 + 128) * 4 * 2);
+  ec.index_keys = IndexKeys::kExact;
+  EXPECT_EQ(pe->kv_bytes_per_token, Engine::Plan(p->model_dir, ec)->kv_bytes_per_token);
   EXPECT_EQ(p->ram_bytes_per_token, dense + p->embedding_row_bytes + kv + p->expert_ram_bytes_per_token);
   EXPECT_EQ(p->expert_ram_bytes_per_token + p->disk_bytes_per_token, 2 * p->expert_record_bytes);  // top-2, 1 layer
   const double t_ram = p->ram_bytes_per_token / 10e9, t_disk = p->disk_bytes_per_token / 2e9;
@@ -173,6 +185,16 @@ TEST_F(ServingPlanTest, JsonRoundTripAndModelCheck) {
   EXPECT_FALSE(ParseServingPlan("{}", "x.json").ok());
   EXPECT_FALSE(ParseServingPlan("{\"kind\": \"moestream-serving-plan\", \"version\": 1}", "x.json").ok());
   EXPECT_FALSE(LoadServingPlan((*dir_ / "missing.json").string()).ok());
+  // A plan from before index_keys existed kept them exact; an unknown value is refused by name.
+  nlohmann::json j = nlohmann::json::parse(p->ToJson());
+  j["request"].erase("index_keys");
+  auto old = ParseServingPlan(j.dump(), "old.json");
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->index_keys, "exact");
+  j["request"]["index_keys"] = "fp8";
+  auto bad = ParseServingPlan(j.dump(), "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("index_keys 'fp8'"), std::string::npos);
 }
 
 }  // namespace

@@ -54,8 +54,8 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const st
 }
 
 // A cache holding T tokens of plausible values (unit-spread latents and keys).
-KvCache SyntheticCache(const ModelConfig& c, KvDtype dt, int64_t T, uint64_t seed) {
-  KvCache cache = KvCache::ForModel(c, dt);
+KvCache SyntheticCache(const ModelConfig& c, KvDtype dt, bool index_q8, int64_t T, uint64_t seed) {
+  KvCache cache = KvCache::ForModel(c, dt, /*mtp=*/false, index_q8);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t w = std::max({c.kv_lora_rank, c.qk_rope_head_dim, c.index_head_dim});
@@ -78,7 +78,7 @@ struct Bytes {
   int64_t dense_macs = 0; // multiply-adds per row of the dense matrices (int8 kernels)
 };
 
-Bytes PerToken(const Model& m, int64_t T, KvDtype dt) {
+Bytes PerToken(const Model& m, int64_t T, KvDtype dt, bool index_q8) {
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
   Bytes b;
@@ -90,12 +90,10 @@ Bytes PerToken(const Model& m, int64_t T, KvDtype dt) {
                                  &l.sh_gate, &l.sh_up, &l.sh_down})
       b.dense_macs += macs(*x);
   b.dense_macs += macs(w.lm_head);
-  const int64_t e = dt == KvDtype::kF32 ? 4 : 2;
+  // KV read: the attended latents and rope keys, and every cached index key.
+  const int64_t latent = KvLatentBytesPerToken(c, dt);
   const int64_t attended = c.has_indexer ? std::min<int64_t>(T, c.index_topk) : T;
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    b.kv += attended * (c.kv_lora_rank + c.qk_rope_head_dim) * e;
-    if (c.has_indexer && c.indexer_full[l]) b.kv += T * c.index_head_dim * e;
-  }
+  b.kv = attended * latent + T * (KvBytesPerToken(c, dt, index_q8) - latent);
   return b;
 }
 
@@ -161,7 +159,7 @@ nlohmann::json ProfileMs(const StepProfile& p, int64_t steps) {
 }
 
 absl::Status DoBenchDense(int argc, char** argv, bool* help) {
-  std::string model, cached_s = "300,2048,8192,32768", batches_s = "1,4,16,32", kv = "bf16";
+  std::string model, cached_s = "300,2048,8192,32768", batches_s = "1,4,16,32", kv = "bf16", index_keys = "auto";
   int64_t steps = 4, repeats = 3, batch_cached = 1024, threads = 2;
   bool json = false;
   FlagSet flags("bench dense", "The resident path of decode vs its floor (bytes over measured memory bandwidth).");
@@ -173,6 +171,7 @@ absl::Status DoBenchDense(int argc, char** argv, bool* help) {
   flags.AddInt("repeats", &repeats, "repeats (median reported)");
   flags.AddInt("threads", &threads, "threads of the memory probe and the CPU-time figures");
   flags.AddString("kv-dtype", &kv, "KV cache storage: f32 or bf16");
+  flags.AddString("index-keys", &index_keys, "DSA index keys: auto, exact or q8 (as --index-keys of moe run)");
   flags.AddBool("json", &json, "print JSON");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
@@ -188,14 +187,21 @@ absl::Status DoBenchDense(int argc, char** argv, bool* help) {
   EngineConfig ec;
   ec.kv_dtype = kv == "f32" ? KvDtype::kF32 : KvDtype::kBF16;
   ec.load_mtp = false;
+  {
+    absl::StatusOr<IndexKeys> ik = ParseIndexKeys(index_keys);
+    if (!ik.ok()) return Annotate(ik.status(), "--index-keys");
+    ec.index_keys = *ik;
+  }
   MOE_ASSIGN_OR_RETURN(auto eng, Engine::Open(model, ec));
+  const bool q8 = eng->index_q8();
   Model& m = eng->mutable_model();
   const ModelConfig& c = m.config();
   for (int64_t T : cached)
     if (T + steps > c.max_position_embeddings)
       return absl::InvalidArgumentError(absl::StrCat("--cached ", T, " + steps exceed the model's positions"));
   const double idot_peak = kernels::MeasureIdotPeakGops(kernels::Isa::kAuto, 0.2);
-  nlohmann::json out = {{"model", model}, {"kv_dtype", kv}, {"layers", c.num_hidden_layers},
+  nlohmann::json out = {{"model", model}, {"kv_dtype", kv}, {"index_keys", q8 ? "q8" : "exact"},
+                        {"layers", c.num_hidden_layers},
                         {"idot_peak_gops_per_core", idot_peak}};
   nlohmann::json rows = nlohmann::json::array();
   if (!json)
@@ -203,10 +209,10 @@ absl::Status DoBenchDense(int argc, char** argv, bool* help) {
                 "resident", "floor", "GB/s", "ratio", "cpu_r", "indexer", "attention");
   for (int64_t T : cached) {
     std::vector<KvCache> start;
-    start.push_back(SyntheticCache(c, ec.kv_dtype, T, 7 + T));
+    start.push_back(SyntheticCache(c, ec.kv_dtype, q8, T, 7 + T));
     const ReadBandwidth bw = ProbeMemoryReadFresh(512ull << 20, static_cast<int>(threads), 3);
     MOE_ASSIGN_OR_RETURN(Timing t, Decode(m, start, static_cast<int>(steps), static_cast<int>(repeats)));
-    const Bytes b = PerToken(m, T, ec.kv_dtype);
+    const Bytes b = PerToken(m, T, ec.kv_dtype, q8);
     const double res_s = ResidentSeconds(t.prof) / t.steps;
     const double share = t.prof.total > 0 ? ResidentSeconds(t.prof) / t.prof.total : 1;
     const double floor_s = (b.resident + b.kv) / (bw.wall_gbps * 1e9);
@@ -236,11 +242,11 @@ absl::Status DoBenchDense(int argc, char** argv, bool* help) {
     std::printf("\n%-6s %10s %10s %12s %10s   (batched decode at %lld cached; peak = IDOT x %lld threads)\n", "B",
                 "step_ms", "tok/s", "dense GOPS", "of peak", static_cast<long long>(batch_cached),
                 static_cast<long long>(threads));
-  const KvCache base = SyntheticCache(c, ec.kv_dtype, batch_cached, 99);
+  const KvCache base = SyntheticCache(c, ec.kv_dtype, q8, batch_cached, 99);
   for (int64_t B : batches) {
     std::vector<KvCache> start(static_cast<size_t>(B), base);
     MOE_ASSIGN_OR_RETURN(Timing t, Decode(m, start, static_cast<int>(steps), static_cast<int>(repeats)));
-    const Bytes b = PerToken(m, batch_cached, ec.kv_dtype);
+    const Bytes b = PerToken(m, batch_cached, ec.kv_dtype, q8);
     const double res_s = ResidentSeconds(t.prof) / t.steps;
     const double gops = res_s > 0 ? 2.0 * b.dense_macs * B / res_s * 1e-9 : 0;
     const double of_peak = idot_peak > 0 ? gops / (idot_peak * threads) : 0;

@@ -22,7 +22,7 @@ namespace {
 
 absl::Status DoPlan(int argc, char** argv, bool* help) {
   PlanRequest r;
-  std::string kv = "f32", routing, out;
+  std::string kv = "f32", index_keys = "auto", routing, out;
   bool json = false, no_mtp = false;
   int64_t workers = 1;
   uint64_t overhead = r.process_overhead_bytes, reserve = r.reserve_bytes;
@@ -35,6 +35,8 @@ absl::Status DoPlan(int argc, char** argv, bool* help) {
   flags.AddInt("workers", &workers, "inferd workers (several share one expertd: --expertd)");
   flags.AddBool("expertd", &r.expertd, "routed experts in one expertd shared by the workers");
   flags.AddString("kv-dtype", &kv, "KV cache storage: f32 or bf16");
+  flags.AddString("index-keys", &index_keys,
+                  "DSA index keys in the KV: auto (int8 where kv_b is integer), exact (the KV dtype) or q8");
   flags.AddBool("no-mtp", &no_mtp, "do not load the MTP layer");
   flags.AddDouble("mem-gbps", &r.mem_gbps, "memory read bandwidth in GB/s (default: measured now)");
   flags.AddDouble("disk-gbps", &r.disk_gbps, "disk read bandwidth in GB/s (default: measured now, O_DIRECT)");
@@ -57,6 +59,9 @@ absl::Status DoPlan(int argc, char** argv, bool* help) {
   if (flags.WasSet("context") && r.context < 1) return absl::InvalidArgumentError("--context must be >= 1");
   if (r.mem_gbps < 0 || r.disk_gbps < 0) return absl::InvalidArgumentError("--mem-gbps and --disk-gbps must be > 0");
   r.kv_dtype = kv == "f32" ? KvDtype::kF32 : KvDtype::kBF16;
+  absl::StatusOr<IndexKeys> ik = ParseIndexKeys(index_keys);
+  if (!ik.ok()) return Annotate(ik.status(), "--index-keys");
+  r.index_keys = *ik;
   r.workers = static_cast<int>(workers);
   r.load_mtp = !no_mtp;
   r.process_overhead_bytes = overhead;
