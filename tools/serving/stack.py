@@ -39,6 +39,10 @@ class Stack:
         worker_bin = worker_bin or os.path.join(build_dir, "tests/inferd/inferd_toy")
         socks = []
         self.expertd_sock = None
+        # Seconds from this constructor's start until each part was ready
+        # (expertd / every worker / the gateway): the start-up figures.
+        self.ready_s = {}
+        t0 = time.time()
         try:
             deadline = time.time() + startup_timeout
             if expertd_model:
@@ -53,6 +57,7 @@ class Stack:
                     if time.time() > deadline:
                         raise RuntimeError("expertd did not create its socket in time:\n" + self.log_tail())
                     time.sleep(0.05)
+                self.ready_s["expertd"] = time.time() - t0
                 worker_args = [*worker_args, f"--expertd=unix:{self.expertd_sock}"]
             for i in range(workers):
                 sock = os.path.join(self.tmp, f"inferd{i}.sock")
@@ -63,6 +68,7 @@ class Stack:
                 if time.time() > deadline:
                     raise RuntimeError("workers did not create their sockets in time:\n" + self.log_tail())
                 time.sleep(0.05)
+            self.ready_s["workers"] = time.time() - t0
             gw = [os.path.join(build_dir, "services/gateway/gateway"), "--listen=127.0.0.1:0",
                   "--client-poll-ms=2", "--probe-ms=100", "--startup-wait-s=20"]
             gw += [f"--worker=unix:{s}" for s in socks]
@@ -76,6 +82,7 @@ class Stack:
                     m = re.search(r"listening on 127\.0\.0\.1:0 \(port (\d+)\)", f.read())
                 if m:
                     self.port = int(m.group(1))
+                    self.ready_s["gateway"] = time.time() - t0
                 else:
                     time.sleep(0.05)
         except Exception:
@@ -124,6 +131,10 @@ class Stack:
             except OSError:
                 pass
         return "\n".join(out)
+
+    def pids(self):
+        """{name: pid} of the processes still running."""
+        return {name: p.pid for name, p in self.procs if p.poll() is None}
 
     def kill_worker(self, i):
         name, p = [x for x in self.procs if x[0].startswith("inferd")][i]
