@@ -8,20 +8,10 @@
 # distribution; best of several decision rules).
 # Usage: tools/bench/cache_small_table.sh [BUILD_DIR] [JSON_OUT]   (deterministic; ~15 min idle)
 set -euo pipefail
-build=${1:-build}
-json_out=${2:-}
-moe="$build/tools/moe/moe"
-rows_json=()
-R=tests/data/expertstore/routing
+source "$(dirname "$0")/cache_rows.sh"
 row() {  # label budget-label hint-flags args...
-  local label=$1 blabel=$2 hint=$3
-  shift 3
   local plain hinted
-  plain=$("$moe" bench cache --json "$@")
-  hinted=$("$moe" bench cache --json $hint "$@")
-  if [[ -n $json_out ]]; then
-    rows_json+=("{\"label\": \"$label\", \"budget\": \"$blabel\", \"plain\": $plain, \"hinted\": $hinted}")
-  fi
+  cache_pair "$@"
   python3 -c '
 import json, sys
 j = json.loads(sys.argv[3]); k = json.loads(sys.argv[4]); h = j["hit_rate"]; label, blabel = sys.argv[1], sys.argv[2]
@@ -33,7 +23,7 @@ told = " / ".join(gap(nf[r]) for r in rows)
 inf = gap(j["gap_closed_informed"]) if j["trace"] == "synthetic" else "-"
 print("| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s | %s |" % (
     label, blabel, pct(h["lru"]), pct(h["ours"]), pct(k["hit_rate"]["ours"]), pct(h["learned"]), pct(h["belady"]),
-    pct(h["belady_no_bypass"]), gap(j["gap_closed"]), gap(k["gap_closed"]), gap(j["gap_closed_learned"]), told, inf))' "$label" "$blabel" "$plain" "$hinted"
+    pct(h["belady_no_bypass"]), gap(j["gap_closed"]), gap(k["gap_closed"]), gap(j["gap_closed_learned"]), told, inf))' "$1" "$2" "$plain" "$hinted"
 }
 echo "| trace | budget | LRU | ours (heat) | ours + look-ahead | learned | Belady | Belady, no bypass | gap closed: ours / + look-ahead / learned | told the next layer / next token | informed |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -50,6 +40,4 @@ for t in glm_tiny_chat_docstrings glm_tiny_chat_chats glm_tiny_chat_pydoc_prose 
     row "trained $t" "$2 ($1 of 96)" "--lookahead --near-future 1,3" --trace $R/$t.txt --budget $1 --expert-bytes 1
   done
 done
-if [[ -n $json_out ]]; then
-  (IFS=,; echo "[${rows_json[*]}]") | python3 -c 'import json, sys; json.dump(json.load(sys.stdin), sys.stdout, indent=1)' >"$json_out"
-fi
+write_rows_json

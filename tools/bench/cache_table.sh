@@ -10,20 +10,10 @@
 # one layer ahead, --lookahead), simulated ones 72% right for the synthetic
 # traces (--lookahead-accuracy 0.72).
 set -euo pipefail
-build=${1:-build}
-json_out=${2:-}
-moe="$build/tools/moe/moe"
-rows_json=()
-R=tests/data/expertstore/routing
+source "$(dirname "$0")/cache_rows.sh"
 row() {  # label budget-label hint-flags args...
-  local label=$1 blabel=$2 hint=$3
-  shift 3
   local plain hinted
-  plain=$("$moe" bench cache --json "$@")
-  hinted=$("$moe" bench cache --json $hint "$@")
-  if [[ -n $json_out ]]; then
-    rows_json+=("{\"label\": \"$label\", \"budget\": \"$blabel\", \"plain\": $plain, \"hinted\": $hinted}")
-  fi
+  cache_pair "$@"
   python3 -c '
 import json, sys
 j = json.loads(sys.argv[3]); k = json.loads(sys.argv[4]); h = j["hit_rate"]; label, blabel = sys.argv[1], sys.argv[2]
@@ -35,7 +25,7 @@ if "gap_closed_informed" in j and j["trace"] == "synthetic":
 print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s (static best %s%s) |" % (
     label, blabel, pct(h["lru"]), pct(j["static_best_hit_rate"]), pct(h["ours"]), pct(k["hit_rate"]["ours"]),
     pct(h["learned"]), pct(h["belady"]), pct(h["belady_no_bypass"]),
-    gap(j["gap_closed"]), gap(k["gap_closed"]), gap(j["gap_closed_learned"]), gap(j["gap_closed_static_best"]), extra))' "$label" "$blabel" "$plain" "$hinted"
+    gap(j["gap_closed"]), gap(k["gap_closed"]), gap(j["gap_closed_learned"]), gap(j["gap_closed_static_best"]), extra))' "$1" "$2" "$plain" "$hinted"
 }
 echo "| trace | budget | LRU | static best | ours (heat, default) | ours + look-ahead | learned | Belady | Belady, no bypass | gap closed: ours / + look-ahead / learned (bounds) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -57,6 +47,4 @@ for t in glm_tiny_chat_docstrings glm_tiny_chat_chats; do
     row "trained $t" "$2 ($1 of 96)" --lookahead --trace $R/$t.txt --budget $1 --expert-bytes 1
   done
 done
-if [[ -n $json_out ]]; then
-  (IFS=,; echo "[${rows_json[*]}]") | python3 -c 'import json, sys; json.dump(json.load(sys.stdin), sys.stdout, indent=1)' >"$json_out"
-fi
+write_rows_json
