@@ -543,7 +543,10 @@ absl::Status QuantizeRows(InputSet* in, const PlanTensor& pt, const LayoutTensor
     for (int64_t r0 = 0; r0 < lt.rows; r0 += raw_rows) {
       const int64_t r1 = std::min(lt.rows, r0 + raw_rows);
       MOE_RETURN_IF_ERROR(dec.ReadRaw(r0, r1));
-      auto [data, scales] = target->Rows(r0, r1);
+      // Not a structured binding: clang 14 (the fuzz build) cannot capture one in the OpenMP region.
+      const std::pair<uint8_t*, float*> out = target->Rows(r0, r1);
+      uint8_t* const data = out.first;
+      float* const scales = out.second;
       absl::Status err;
 #pragma omp parallel if ((r1 - r0) * lt.cols >= (1 << 18))
       {
