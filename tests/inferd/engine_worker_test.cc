@@ -16,6 +16,7 @@
 #include "services/gateway/grpc_worker.h"
 #include "services/inferd/batcher.h"
 #include "services/inferd/engine_model.h"
+#include "tests/inferd/seq_collector.h"
 #include "tests/model/tiny_checkpoint.h"
 
 namespace moe {
@@ -52,27 +53,9 @@ std::vector<int32_t> ReferenceGreedy(const std::vector<int32_t>& prompt, int n) 
   return out;
 }
 
-struct Collect {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> tokens;
-  bool done = false;
-  inferd::SeqOutput fin;
-  inferd::SeqCallback Cb() {
-    return [this](inferd::SeqOutput o) {
-      std::lock_guard<std::mutex> l(mu);
-      for (auto& t : o.tokens) tokens.push_back(t.token);
-      if (o.finished) {
-        done = true;
-        fin = o;
-      }
-      cv.notify_all();
-    };
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return done; }));
-  }
+// Sequences of the demo model can take a while under a loaded test run.
+struct Collect : inferd::testing::SeqCollector {
+  Collect() : SeqCollector(std::chrono::seconds(60)) {}
 };
 
 inferd::SeqRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int n) {

@@ -3,12 +3,11 @@
 // constrained sequence gives the same tokens alone or batched.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-
 #include "common/structured/grammar_constraint.h"
 #include "common/text/output_vocab.h"
 #include "nlohmann/json.hpp"
 #include "services/inferd/batcher.h"
+#include "tests/inferd/seq_collector.h"
 #include "tests/inferd/toy_model.h"
 
 namespace moe::inferd {
@@ -16,35 +15,7 @@ namespace {
 
 using testing::ToyModel;
 
-struct Done {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> tokens;
-  bool done = false;
-  SeqOutput fin;
-  SeqCallback Cb() {
-    return [this](SeqOutput o) {
-      std::lock_guard<std::mutex> l(mu);
-      for (auto& t : o.tokens) tokens.push_back(t.token);
-      if (o.finished) {
-        done = true;
-        fin = o;
-      }
-      cv.notify_all();
-    };
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return done; }));
-  }
-  std::string Text() {
-    std::string s;
-    for (int32_t t : tokens) {
-      if (t < 256) s += static_cast<char>(t);
-    }
-    return s;
-  }
-};
+using Done = testing::SeqCollector;
 
 std::vector<int32_t> Bytes(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
 

@@ -1,0 +1,50 @@
+// Test helper: collects one sequence's streamed tokens from the batcher's callback and waits
+// for its end (shared by the inferd tests that drive a Batcher directly).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "services/inferd/batcher.h"
+
+namespace moe::inferd::testing {
+
+struct SeqCollector {
+  explicit SeqCollector(std::chrono::seconds timeout = std::chrono::seconds(30)) : timeout(timeout) {}
+  std::chrono::seconds timeout;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  bool done = false;
+  SeqOutput fin;
+  SeqCallback Cb() {
+    return [this](SeqOutput o) {
+      std::lock_guard<std::mutex> l(mu);
+      for (auto& t : o.tokens) tokens.push_back(t.token);
+      if (o.finished) {
+        done = true;
+        fin = o;
+      }
+      cv.notify_all();
+    };
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, timeout, [&] { return done; }));
+  }
+  // The tokens below 256 as bytes (the toy models' byte vocabulary).
+  std::string Text() {
+    std::string s;
+    for (int32_t t : tokens) {
+      if (t < 256) s += static_cast<char>(t);
+    }
+    return s;
+  }
+};
+
+}  // namespace moe::inferd::testing
