@@ -147,7 +147,7 @@ void KvCache::Read(int layer, Stream s, int64_t t0, int64_t n, float* out) const
   }
   const uint8_t* src = L.data[s].data() + t0 * w * ElemBytes();
   if (dtype_ == KvDtype::kF32) {
-    std::memcpy(out, src, n * w * 4);
+    if (n > 0) std::memcpy(out, src, n * w * 4);
   } else {
     for (int64_t i = 0; i < n * w; ++i) {
       uint16_t b;
@@ -241,7 +241,8 @@ absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
   if (static_cast<size_t>(h.num_tokens) * 4 > end - off) return bad("truncated token list");
   c.pending_ = h.pending_token;
   c.tokens_.resize(h.num_tokens);
-  std::memcpy(c.tokens_.data(), buf.data() + off, h.num_tokens * 4);
+  // memcpy's pointers must be valid even for zero bytes, and an empty vector's data() may be null.
+  if (h.num_tokens > 0) std::memcpy(c.tokens_.data(), buf.data() + off, h.num_tokens * 4);
   off += h.num_tokens * 4;
   for (uint32_t l = 0; l < h.num_layers; ++l) {
     if (end - off < sizeof(LayerHeader)) return bad("truncated layer header");
@@ -268,7 +269,7 @@ absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
       const size_t bytes = static_cast<size_t>(lh.n) * sizeof(float);
       if (end - off < bytes) return bad("truncated index-key scales");
       L.index_scales.resize(lh.n);
-      std::memcpy(L.index_scales.data(), buf.data() + off, bytes);
+      if (bytes > 0) std::memcpy(L.index_scales.data(), buf.data() + off, bytes);
       off += bytes;
     }
   }
