@@ -15,6 +15,7 @@
 #include "common/base/status.h"
 #include "common/format/quantize.h"
 #include "common/format/safetensors.h"
+#include "common/format/synth_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace moe {
@@ -346,6 +347,25 @@ std::string ShardName(int k, int n) {
   return b;
 }
 
+// The copied tokenizer made to name the config's stop ids (synth_tokenizer.h).
+absl::StatusOr<int64_t> FitCopiedTokenizer(const std::string& dir, const ModelConfig& config) {
+  auto read = [](const fs::path& p, std::string* out) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return false;
+    out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return true;
+  };
+  std::string tok, cfg;
+  if (!read(fs::path(dir) / "tokenizer.json", &tok)) return 0;
+  const bool has_cfg = read(fs::path(dir) / "tokenizer_config.json", &cfg);
+  auto offset = FitTokenizerIds(&tok, has_cfg ? &cfg : nullptr, config.vocab_size, config.eos_token_ids);
+  if (!offset.ok()) return Annotate(offset.status(), "--tokenizer: fitting its ids to the config");
+  if (*offset == 0) return 0;
+  MOE_RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", tok));
+  if (has_cfg) MOE_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", cfg));
+  return *offset;
+}
+
 // Side files: config, generation config, synth.json, tokenizer, index.
 absl::Status WriteSideFiles(const SynthPlan& plan, const SynthOptions& o, const std::string& dir) {
   MOE_RETURN_IF_ERROR(WriteText(dir + "/config.json", plan.config_json));
@@ -355,17 +375,7 @@ absl::Status WriteSideFiles(const SynthPlan& plan, const SynthOptions& o, const 
   g["temperature"] = 1.0;
   g["top_p"] = 0.95;
   MOE_RETURN_IF_ERROR(WriteText(dir + "/generation_config.json", g.dump(2) + "\n"));
-  std::vector<int> real(o.real_expert_layers.begin(), o.real_expert_layers.end());
-  ordered_json s = {{"kind", "moestream-synth-checkpoint"},
-                    {"version", 1},
-                    {"seed", o.seed},
-                    {"real_expert_layers", real},
-                    {"router_skew", kSynthRouterSkew},
-                    {"shards", plan.shard_files.size()},
-                    {"total_bytes", plan.total_bytes},
-                    {"written_bytes", plan.written_bytes},
-                    {"unmatched_exclusions", plan.unmatched_exclusions}};
-  MOE_RETURN_IF_ERROR(WriteText(dir + "/synth.json", s.dump(2) + "\n"));
+  int64_t tokenizer_offset = 0;  // FitTokenizerIds: the donor tokenizer's added tokens moved by this
   if (!o.tokenizer_dir.empty()) {
     bool any = false;
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"}) {
@@ -377,7 +387,20 @@ absl::Status WriteSideFiles(const SynthPlan& plan, const SynthOptions& o, const 
       any = true;
     }
     if (!any) return absl::NotFoundError(absl::StrCat("--tokenizer ", o.tokenizer_dir, ": no tokenizer.json"));
+    MOE_ASSIGN_OR_RETURN(tokenizer_offset, FitCopiedTokenizer(dir, plan.config));
   }
+  std::vector<int> real(o.real_expert_layers.begin(), o.real_expert_layers.end());
+  ordered_json s = {{"kind", "moestream-synth-checkpoint"},
+                    {"version", 1},
+                    {"seed", o.seed},
+                    {"real_expert_layers", real},
+                    {"router_skew", kSynthRouterSkew},
+                    {"shards", plan.shard_files.size()},
+                    {"total_bytes", plan.total_bytes},
+                    {"written_bytes", plan.written_bytes},
+                    {"unmatched_exclusions", plan.unmatched_exclusions},
+                    {"tokenizer_id_offset", tokenizer_offset}};
+  MOE_RETURN_IF_ERROR(WriteText(dir + "/synth.json", s.dump(2) + "\n"));
   std::map<std::string, std::string> weight_map;
   for (size_t k = 0; k < plan.shards.size(); ++k)
     for (int i : plan.shards[k]) weight_map[plan.tensors[i].spec.name] = plan.shard_files[k];
