@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -41,8 +42,9 @@ absl::Status ErrnoStatus(std::string_view what, const std::string& path) {
   return absl::UnavailableError(msg);
 }
 
-absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& path) {
-  std::string temp = path + ".tmp";
+absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& path, TempName name) {
+  static std::atomic<uint64_t> serial{0};
+  std::string temp = name == TempName::kUnique ? absl::StrCat(path, ".tmp.", ::getpid(), ".", serial++) : path + ".tmp";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("create", temp);
   return AtomicFile(path, std::move(temp), fd);
@@ -129,8 +131,8 @@ absl::Status AtomicFile::Commit() {
   return FsyncDirectory(DirOf(path_));
 }
 
-absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
-  MOE_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes, TempName temp) {
+  MOE_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path, temp));
   MOE_RETURN_IF_ERROR(f.Append(bytes));
   return f.Commit();
 }

@@ -19,8 +19,15 @@
 // routing_trace.cc), `moe heat --png` (tools/moe/cmd_heat_png.cc).
 // Tested by tests/base/atomic_file_test.cc (a process killed between write and
 // rename leaves the old file intact).
+// Two writers of one path (threads or processes publishing the same file,
+// e.g. the prefix cache's content-addressed files, services/inferd/
+// prefix_disk_tier.h) must each write their own temp file: with
+// TempName::kUnique the temp is PATH.tmp.<pid>.<n>, so the last rename wins
+// whole; a crash then leaves that writer's own temp, which the caller sweeps.
+// With the default TempName::kFixed two concurrent writers would share
+// PATH.tmp and could publish a mix.
 // Thread safety: an AtomicFile belongs to one thread; distinct paths are
-// independent (two writers of one path: the last rename wins, whole).
+// independent.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +39,11 @@
 
 namespace moe {
 
+enum class TempName { kFixed, kUnique };
+
 // Writes `bytes` as the new content of `path` (created with mode 0644).
-absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes,
+                                 TempName temp = TempName::kFixed);
 
 // The same for writers that stream or write at offsets: Create opens
 // PATH.tmp (truncated), the caller writes through Append / PWrite or fd() (it
@@ -41,7 +51,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
 // Destroyed without a successful Commit, it removes the temp file.
 class AtomicFile {
  public:
-  static absl::StatusOr<AtomicFile> Create(const std::string& path);
+  static absl::StatusOr<AtomicFile> Create(const std::string& path, TempName temp = TempName::kFixed);
   AtomicFile(AtomicFile&& other) noexcept;
   AtomicFile& operator=(AtomicFile&& other) noexcept;
   AtomicFile(const AtomicFile&) = delete;

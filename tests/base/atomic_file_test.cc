@@ -100,6 +100,28 @@ TEST_F(AtomicFileTest, StreamedWritesAtOffsetsArePublishedWhole) {
   EXPECT_EQ(f->Append("more").code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Two writers of one path at once (TempName::kUnique): each has its own temp
+// file, so interleaved writes never mix; the last rename wins, whole.
+TEST_F(AtomicFileTest, UniqueTempsLetTwoWritersOfOnePathPublishWhole) {
+  auto a = AtomicFile::Create(path_, TempName::kUnique);
+  auto b = AtomicFile::Create(path_, TempName::kUnique);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->temp_path(), b->temp_path());
+  EXPECT_EQ(a->temp_path().rfind(path_ + ".tmp.", 0), 0u) << a->temp_path();
+  ASSERT_TRUE(a->Append(std::string(1 << 16, 'a')).ok());
+  ASSERT_TRUE(b->Append(std::string(1 << 15, 'b')).ok());
+  ASSERT_TRUE(a->Append(std::string(1 << 16, 'a')).ok());
+  ASSERT_TRUE(a->Commit().ok());
+  EXPECT_EQ(Slurp(path_), std::string(1 << 17, 'a'));
+  ASSERT_TRUE(b->Commit().ok());
+  EXPECT_EQ(Slurp(path_), std::string(1 << 15, 'b'));
+  ASSERT_TRUE(WriteFileAtomically(path_, "c", TempName::kUnique).ok());
+  EXPECT_EQ(Slurp(path_), "c");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 1);  // no temp file left
+}
+
 TEST_F(AtomicFileTest, ErrorsNameTheStepAndTheFile) {
   const std::string missing = (dir_ / "no" / "such" / "dir" / "f").string();
   const absl::Status s = WriteFileAtomically(missing, "x");
