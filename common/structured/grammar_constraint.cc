@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/fnv1a.h"
 #include "common/base/status.h"
 #include "common/structured/grammar_build.h"
 
@@ -102,16 +103,13 @@ struct ConstraintCompiler::Impl {
 ConstraintCompiler::~ConstraintCompiler() = default;
 
 uint64_t VocabFingerprint(const std::vector<std::string>& token_texts) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over (length, bytes) of each text
-  auto mix = [&](uint64_t v) {
-    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
-  mix(token_texts.size());
+  Fnv1a64 h;  // over (length, bytes) of each text
+  h.U64(token_texts.size());
   for (const auto& t : token_texts) {
-    mix(t.size());
-    for (unsigned char c : t) h = (h ^ c) * 1099511628211ull;
+    h.U64(t.size());
+    h.Bytes(t);
   }
-  return h;
+  return h.value();
 }
 
 absl::StatusOr<std::unique_ptr<ConstraintCompiler>> ConstraintCompiler::Create(std::vector<std::string> token_texts,

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "common/base/fnv1a.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 
@@ -10,17 +11,11 @@ namespace moe::gateway {
 std::vector<uint64_t> SequencePlacer::BlockHashes(const std::vector<int32_t>& prompt, int block_tokens) {
   std::vector<uint64_t> out;
   if (block_tokens <= 0) return out;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over token ids, chained across blocks
+  Fnv1a64 h;  // over token ids, chained across blocks
   size_t full = prompt.size() / static_cast<size_t>(block_tokens);
   for (size_t b = 0; b < full; ++b) {
-    for (int i = 0; i < block_tokens; ++i) {
-      uint32_t t = static_cast<uint32_t>(prompt[b * block_tokens + i]);
-      for (int k = 0; k < 4; ++k) {
-        h ^= (t >> (8 * k)) & 0xff;
-        h *= 1099511628211ull;
-      }
-    }
-    out.push_back(h);
+    for (int i = 0; i < block_tokens; ++i) h.U32(static_cast<uint32_t>(prompt[b * block_tokens + i]));
+    out.push_back(h.value());
   }
   return out;
 }
