@@ -185,6 +185,10 @@ int64_t KvCache::Bytes() const {
 }
 
 absl::Status KvCache::Save(const std::string& path) const {
+  return Annotate(WriteFileAtomically(path, Serialize()), "KV cache");
+}
+
+std::string KvCache::Serialize() const {
   std::string buf;
   FileHeader h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -207,7 +211,7 @@ absl::Status KvCache::Save(const std::string& path) const {
   }
   const uint32_t crc = crc32c::Mask(crc32c::Value(buf.data(), buf.size()));
   buf.append(reinterpret_cast<const char*>(&crc), 4);
-  return Annotate(WriteFileAtomically(path, buf), "KV cache");
+  return buf;
 }
 
 absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
@@ -215,7 +219,10 @@ absl::StatusOr<KvCache> KvCache::Load(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string buf = ss.str();
+  return Parse(ss.str(), path);
+}
+
+absl::StatusOr<KvCache> KvCache::Parse(std::string_view buf, const std::string& path) {
   auto bad = [&](std::string_view why) { return absl::DataLossError(absl::StrCat(path, ": ", AV(why))); };
   if (buf.size() < sizeof(FileHeader) + 4) return bad("too short for a KV cache file");
   FileHeader h;

@@ -95,6 +95,11 @@ class KvCache {
 
   absl::Status Save(const std::string& path) const;
   static absl::StatusOr<KvCache> Load(const std::string& path);
+  // The bytes Save writes / Load reads (for callers that frame or place
+  // them themselves: the inferd prefix cache's disk tier). `label` names the
+  // source in Parse's errors, which are Load's.
+  std::string Serialize() const;
+  static absl::StatusOr<KvCache> Parse(std::string_view bytes, const std::string& label);
 
  private:
   struct Layer {
