@@ -9,7 +9,7 @@
 namespace moe::inferd {
 
 Batcher::Batcher(SequenceModel* model, BatcherConfig config)
-    : model_(model), config_(config), prefix_(config.prefix_cache_bytes) {
+    : model_(model), config_(config), prefix_(config.prefix_cache_bytes, model, config.prefix_disk) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -360,6 +360,7 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
     stats_.kv_bytes = kv;
     stats_.prefix_cache_bytes = prefix_.bytes();
     stats_.prefix_cache_entries = static_cast<int64_t>(prefix_.size());
+    stats_.prefix = prefix_.stats();
   }
 }
 

@@ -6,7 +6,9 @@
 // Numbers: up to `max_sequences` (64) live sequences; a step feeds at most
 // `max_step_tokens` (512) tokens; prompts go in chunks of `prefill_chunk`
 // (128). Prefix KV states of finished sequences are kept up to
-// `prefix_cache_bytes` and reused by new prompts that share a prefix.
+// `prefix_cache_bytes` and reused by new prompts that share a prefix; with
+// `prefix_disk` they are also spilled to disk and found there by any worker
+// of the same model (prefix_cache.h, prefix_disk_tier.h).
 //
 // Per-token options (FeedBack): repetition penalty over prompt + output, logit_bias,
 // stop ids banned before min_tokens, and a structured-output constraint: its mask is filled
@@ -52,6 +54,8 @@ struct BatcherConfig {
   int64_t max_step_tokens = 512;
   int64_t prefill_chunk = 128;
   int64_t prefix_cache_bytes = int64_t{1} << 30;
+  // The prefix cache's disk tier (--prefix-cache-dir); null: RAM only.
+  std::shared_ptr<PrefixDiskTier> prefix_disk;
 };
 
 struct SeqRequest {
@@ -104,6 +108,7 @@ struct BatcherStats {
   int64_t kv_bytes = 0;  // live sequences' KV (as of the last step)
   int64_t prefix_cache_bytes = 0;
   int64_t prefix_cache_entries = 0;
+  PrefixCacheStats prefix;  // its disk tier (as of the last step)
   int64_t constrained = 0;  // sequences admitted with a constraint
   int64_t errors = 0;
   std::string last_error;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "services/inferd/engine_identity.h"
 
 namespace moe::inferd {
 
@@ -32,7 +33,37 @@ absl::StatusOr<std::unique_ptr<EngineModel>> EngineModel::Open(const std::string
   std::string dir = model_dir;
   while (!dir.empty() && dir.back() == '/') dir.pop_back();
   m->name_ = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
+  m->model_dir_ = model_dir;
+  m->cfg_ = cfg;
+  m->cfg_.expert_source = nullptr;  // only the options that shape KV values are kept (identity)
   return m;
+}
+
+absl::StatusOr<std::string> EngineModel::StateIdentity() const {
+  std::call_once(identity_once_, [&] { identity_ = EngineStateIdentity(model_dir_, cfg_, *engine_); });
+  return identity_;
+}
+
+absl::StatusOr<std::string> EngineModel::SerializeState(const SeqState& state) const {
+  return static_cast<const EngineState&>(state).cache.Serialize();
+}
+
+absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::ParseState(std::string_view bytes,
+                                                                   const std::string& label) const {
+  MOE_ASSIGN_OR_RETURN(KvCache c, KvCache::Parse(bytes, label));
+  // The identity already says which model wrote it; the layout is checked anyway.
+  const KvCache want = engine_->NewCache();
+  bool same = c.num_layers() == want.num_layers() && c.dtype() == want.dtype() && c.index_q8() == want.index_q8();
+  for (auto s : {KvCache::kLatent, KvCache::kRope, KvCache::kIndexKey}) same = same && c.width(s) == want.width(s);
+  for (int l = 0; same && l < c.num_layers(); ++l) {
+    same = c.has_index_key(l) == want.has_index_key(l) && c.length(l) == c.length();
+  }
+  if (!same) return absl::FailedPreconditionError(absl::StrCat(label, ": KV layout differs from this model's"));
+  if (static_cast<int64_t>(c.tokens().size()) != c.length()) {
+    return absl::DataLossError(absl::StrCat(label, ": ", c.tokens().size(), " token ids for ", c.length(), " KV rows"));
+  }
+  c.set_pending_token(-1);
+  return std::make_unique<EngineState>(std::move(c));
 }
 
 std::unique_ptr<SeqState> EngineModel::NewState() { return std::make_unique<EngineState>(engine_->NewCache()); }

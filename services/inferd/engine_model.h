@@ -8,11 +8,15 @@
 // fetched once per step and applied to every row routed to it. Only items
 // that sample get an LM-head row. Batch invariance: a row's result does not
 // depend on the other rows (tests/model/batch_forward_test.cc).
-// Clone copies a KvCache and truncates it (prefix reuse).
-// Thread safety: called from the batcher thread only.
+// Clone copies a KvCache and truncates it (prefix reuse). States persist as
+// KvCache's own file format (Serialize / Parse: versioned, CRC32C), under the
+// identity of engine_identity.h.
+// Thread safety: called from the batcher thread only; SerializeState and
+// ParseState from any thread (the prefix cache's writer).
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/model/engine.h"
@@ -31,6 +35,11 @@ class EngineModel final : public SequenceModel {
   std::unique_ptr<SeqState> NewState() override;
   absl::StatusOr<std::unique_ptr<SeqState>> Clone(const SeqState& state, int64_t n) override;
   absl::Status Forward(std::span<Item> items) override;
+  // Computed on the first call (an HF checkpoint's weights are read once for it).
+  absl::StatusOr<std::string> StateIdentity() const override;
+  absl::StatusOr<std::string> SerializeState(const SeqState& state) const override;
+  absl::StatusOr<std::unique_ptr<SeqState>> ParseState(std::string_view bytes,
+                                                       const std::string& label) const override;
   double expert_hit_rate() const override;
   int64_t expert_fetches() const override;
   // The expert source's health (RemoteExpertSource: expertd's session; thread-safe).
@@ -49,6 +58,10 @@ class EngineModel final : public SequenceModel {
  private:
   std::unique_ptr<Engine> engine_;
   std::string name_;
+  std::string model_dir_;
+  EngineConfig cfg_;
+  mutable std::once_flag identity_once_;
+  mutable absl::StatusOr<std::string> identity_;
   int64_t max_context_ = 0;
   int64_t kv_budget_ = 0, kv_per_token_ = 0;
   bool batched_forward_ = true;

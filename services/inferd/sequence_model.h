@@ -12,18 +12,28 @@
 //    sequences with it).
 //  - Clone(state, n): a new state holding the first n tokens of `state`
 //    (n <= state.length()); the source is not modified.
+//  - Persistence (the prefix cache's disk tier, prefix_disk_tier.h), for a
+//    model with a StateIdentity(): SerializeState(state) gives bytes that
+//    ParseState turns back into an equal state - in this process or another
+//    one whose StateIdentity() is the same string. The identity
+//    names everything a state's contents depend on (weights, numerics, KV
+//    layout): two models whose states differ never share it.
 // Thread safety: Forward/Clone are called from the batcher thread only;
 // Clone's source may be shared (read-only) by the prefix cache.
+// SerializeState/ParseState may run on another thread (the tier's writer)
+// concurrently with Forward: they touch only the state given.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace moe::inferd {
 
@@ -60,6 +70,20 @@ class SequenceModel {
   // its prefix cache within what the live sequences leave.
   virtual int64_t kv_budget_bytes() const { return 0; }
   virtual int64_t kv_bytes_per_token() const { return 0; }
+  // See "Persistence" above; Unimplemented (the default): states cannot be
+  // persisted. Called once, at start, when the disk tier is configured.
+  virtual absl::StatusOr<std::string> StateIdentity() const {
+    return absl::UnimplementedError(absl::StrCat(name(), ": states cannot be persisted"));
+  }
+  virtual absl::StatusOr<std::string> SerializeState(const SeqState& state) const {
+    return absl::UnimplementedError(absl::StrCat(name(), ": states cannot be persisted"));
+  }
+  // `label` (the file) names the source in errors: DataLoss for damaged
+  // bytes, FailedPrecondition for a state of another layout or version.
+  virtual absl::StatusOr<std::unique_ptr<SeqState>> ParseState(std::string_view bytes,
+                                                               const std::string& label) const {
+    return absl::UnimplementedError(absl::StrCat(name(), ": states cannot be persisted (", label, ")"));
+  }
   // Routed-expert fetches (ExpertSource Gets) so far, or < 0 when unknown.
   // A batched step fetches each distinct (layer, expert) once.
   virtual int64_t expert_fetches() const { return -1; }

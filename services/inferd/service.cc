@@ -200,6 +200,14 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
     reply->set_last_error(!s.last_error.empty() ? s.last_error : last_refusal_);
   }
   reply->set_errors(s.errors);
+  reply->set_prefix_disk_hit_tokens(s.prefix.disk_hit_tokens);
+  reply->set_prefix_disk_hits(s.prefix.disk_hits);
+  reply->set_prefix_disk_bytes(s.prefix.disk.bytes);
+  reply->set_prefix_disk_capacity_bytes(s.prefix.disk.max_bytes);
+  reply->set_prefix_disk_files(s.prefix.disk.files);
+  reply->set_prefix_disk_writes(s.prefix.disk.writes);
+  reply->set_prefix_disk_ignored(s.prefix.disk.ignored);
+  reply->set_prefix_disk_spills_dropped(s.prefix.spills_dropped);
   return grpc::Status::OK;
 }
 
@@ -209,6 +217,8 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   std::string listen = "unix:/tmp/moestream-inferd.sock";
   int64_t max_sequences = 64, max_step_tokens = 512, prefill_chunk = 128;
   uint64_t prefix_cache_bytes = uint64_t{1} << 30;
+  std::string prefix_cache_dir;
+  uint64_t prefix_cache_disk_bytes = uint64_t{16} << 30;
   std::string tokenizer;
   FlagSet flags("inferd", "Inference worker: continuous batching over one model, served over gRPC.");
   flags.AddString("listen", &listen, "unix:/path or HOST:PORT (TCP binds only what is named)");
@@ -216,6 +226,11 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   flags.AddInt("max-step-tokens", &max_step_tokens, "tokens fed per step (decode rows + prefill chunks)");
   flags.AddInt("prefill-chunk", &prefill_chunk, "largest prompt chunk per sequence per step");
   flags.AddBytes("prefix-cache-bytes", &prefix_cache_bytes, "KV of finished sequences kept for prefix reuse");
+  flags.AddString("prefix-cache-dir", &prefix_cache_dir,
+                  "directory of the prefix cache's disk tier: finished sequences' KV, reused by every worker of the "
+                  "same model on the host and after restarts (empty: RAM only)");
+  flags.AddBytes("prefix-cache-disk-bytes", &prefix_cache_disk_bytes,
+                 "bytes the --prefix-cache-dir files may take (least recently used removed first)");
   flags.AddString("tokenizer", &tokenizer,
                   "vocabulary for structured outputs: a directory with tokenizer.json (the gateway's), 'none', or "
                   "empty = the model's own when it has one");
@@ -235,6 +250,21 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   bc.max_step_tokens = max_step_tokens;
   bc.prefill_chunk = prefill_chunk;
   bc.prefix_cache_bytes = static_cast<int64_t>(prefix_cache_bytes);
+  if (!prefix_cache_dir.empty()) {
+    auto tier = [&]() -> absl::StatusOr<std::unique_ptr<PrefixDiskTier>> {
+      MOE_ASSIGN_OR_RETURN(std::string identity, (*model)->StateIdentity());
+      return PrefixDiskTier::Open(prefix_cache_dir, static_cast<int64_t>(prefix_cache_disk_bytes), identity);
+    }();
+    if (!tier.ok()) {
+      std::cerr << "inferd: --prefix-cache-dir: " << tier.status().message() << "\n";
+      return 1;
+    }
+    bc.prefix_disk = std::move(*tier);
+    const PrefixDiskStats ds = bc.prefix_disk->stats();
+    MOE_LOG(INFO) << "inferd: prefix cache disk tier " << prefix_cache_dir << ": " << ds.files
+                  << " files of this model, " << ds.bytes << " of " << ds.max_bytes << " B used; model identity "
+                  << bc.prefix_disk->identity();
+  }
   Batcher batcher(model->get(), bc);
   std::unique_ptr<structured::ConstraintCompiler> compiler;
   std::string vocab_note;

@@ -16,6 +16,7 @@
 #include "services/gateway/grpc_worker.h"
 #include "services/inferd/batcher.h"
 #include "services/inferd/engine_model.h"
+#include "services/inferd/prefix_disk_tier.h"
 #include "tests/inferd/seq_collector.h"
 #include "tests/model/tiny_checkpoint.h"
 
@@ -90,6 +91,60 @@ TEST(InferdEngine, BatchedAndPrefixReusedSequencesMatchTheEngine) {
   c2.Wait();
   EXPECT_EQ(c2.tokens, r2);
   EXPECT_GE(c2.fin.cached_prompt_tokens, static_cast<int32_t>(p1.size()));
+}
+
+// The disk tier across a restart, on the real engine: a worker's finished
+// sequence is spilled (KvCache's format under the engine's state identity);
+// a new EngineModel + Batcher on the same directory - another process' worker
+// - resumes from it: greedy tokens identical to the engine's, the prompt's
+// prefix counted as cached. Another KV dtype is another identity: no reuse.
+TEST(InferdEngine, DiskPrefixTierSurvivesARestartWithIdenticalGreedyTokens) {
+  const std::string dir = std::string(MOE_BINARY_DIR) + "/tests/inferd/prefix_disk_engine";
+  std::filesystem::remove_all(dir);
+  const std::vector<int32_t> p1 = {5, 9, 14, 3, 27, 40, 2, 8, 17, 33};
+  std::vector<int32_t> p2 = p1;  // the next turn of the conversation
+  p2.insert(p2.end(), {11, 12, 13});
+  const auto r1 = ReferenceGreedy(p1, 8);
+  auto serve = [&](const EngineConfig& cfg, const std::vector<int32_t>& prompt, inferd::BatcherStats* st) {
+    auto m = inferd::EngineModel::Open(TinyDir(), cfg, 0);
+    EXPECT_TRUE(m.ok()) << m.status();
+    auto id = (*m)->StateIdentity();
+    EXPECT_TRUE(id.ok()) << id.status();
+    auto tier = inferd::PrefixDiskTier::Open(dir, int64_t{64} << 20, *id);
+    EXPECT_TRUE(tier.ok()) << tier.status();
+    inferd::BatcherConfig bc;
+    bc.prefill_chunk = 4;
+    bc.prefix_disk = std::move(*tier);
+    inferd::Batcher b(m->get(), bc);
+    Collect c;
+    EXPECT_TRUE(b.Submit(Greedy("s", prompt, 8), c.Cb()).ok());
+    c.Wait();
+    *st = b.stats();
+    return std::make_pair(c.tokens, c.fin.cached_prompt_tokens);
+  };
+  inferd::BatcherStats st;
+  auto cold = serve(EngineConfig{}, p1, &st);
+  EXPECT_EQ(cold.first, r1);
+  EXPECT_EQ(cold.second, 0);
+  // Restarted: the same prompt reuses all but its last token, the next turn
+  // the whole first conversation (prompt + 7 of its 8 answer tokens were fed).
+  auto warm = serve(EngineConfig{}, p1, &st);
+  EXPECT_EQ(warm.first, r1);
+  EXPECT_EQ(warm.second, static_cast<int32_t>(p1.size()) - 1);
+  EXPECT_EQ(st.prefix.disk_hits, 1);
+  std::vector<int32_t> turn2 = p1;
+  turn2.insert(turn2.end(), r1.begin(), r1.end() - 1);
+  turn2.insert(turn2.end(), p2.begin() + static_cast<long>(p1.size()), p2.end());
+  auto next = serve(EngineConfig{}, turn2, &st);
+  EXPECT_EQ(next.first, ReferenceGreedy(turn2, 8));
+  EXPECT_EQ(next.second, static_cast<int32_t>(p1.size() + r1.size() - 1));
+  EXPECT_EQ(st.prefix.disk.ignored, 0);
+  EngineConfig bf16;
+  bf16.kv_dtype = KvDtype::kBF16;
+  auto other = serve(bf16, p1, &st);
+  EXPECT_EQ(other.second, 0);
+  EXPECT_EQ(st.prefix.disk_hits, 0);
+  std::filesystem::remove_all(dir);
 }
 
 // A model whose first step waits until Release(): sequences submitted

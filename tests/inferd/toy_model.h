@@ -12,11 +12,13 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/fnv1a.h"
 #include "services/inferd/sequence_model.h"
 
 namespace moe::inferd::testing {
@@ -76,6 +78,31 @@ class ToyModel final : public SequenceModel {
     int64_t us = c_.step_us + c_.row_us * rows;
     if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
     return absl::OkStatus();
+  }
+
+  // Persistence (the prefix cache's disk tier): a state is its token list,
+  // 4 bytes each; the identity covers the scripts the logits follow.
+  absl::StatusOr<std::string> StateIdentity() const override {
+    Fnv1a64 h;
+    for (const std::string* s : {&c_.script, &c_.tool_script, &c_.answer_script}) {
+      h.U64(s->size());
+      h.Bytes(*s);
+    }
+    return absl::StrCat(name(), "/1 scripts:", absl::Hex(h.value()));
+  }
+  absl::StatusOr<std::string> SerializeState(const SeqState& s) const override {
+    const auto& t = static_cast<const ToyState&>(s).tokens;
+    return std::string(reinterpret_cast<const char*>(t.data()), t.size() * 4);
+  }
+  absl::StatusOr<std::unique_ptr<SeqState>> ParseState(std::string_view bytes,
+                                                       const std::string& label) const override {
+    if (bytes.size() % 4 != 0) return absl::DataLossError(absl::StrCat(label, ": not a toy state"));
+    auto out = std::make_unique<ToyState>();
+    out->tokens.resize(bytes.size() / 4);
+    if (!bytes.empty()) std::memcpy(out->tokens.data(), bytes.data(), bytes.size());
+    for (int32_t t : out->tokens)
+      if (t < 0 || t >= vocab_size()) return absl::DataLossError(absl::StrCat(label, ": token ", t));
+    return out;
   }
 
   int64_t forwards() const { return forwards_; }
