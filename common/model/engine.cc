@@ -8,14 +8,6 @@
 #include "common/base/status.h"
 
 namespace moe {
-namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 std::string MemoryPlan::ToString() const {
   auto mib = [](int64_t b) { return absl::StrCat(b / (1 << 20), " MiB (", b, " B)"); };
   return absl::StrCat("memory plan: resident weights ", mib(resident_bytes), "; experts total ",
@@ -132,55 +124,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& model_di
   opt.kernel_path = cfg.kernel_path;
   e->model_ = std::make_unique<Model>(std::move(c), std::move(weights), e->source_, opt);
   return e;
-}
-
-absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt, int64_t max_tokens,
-                                                const SamplingParams& sp, KvCache& cache) const {
-  GenerateResult r;
-  if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
-  MOE_RETURN_IF_ERROR(CheckSampleParams(sp.sample));
-  const ModelConfig& c = config();
-  if (cache.length() + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(max_tokens - 1, 0) >
-      c.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat("prompt (", prompt.size(), " tokens) + ", max_tokens,
-                                              " new tokens exceed the context length ", c.max_position_embeddings));
-  }
-  Rng rng(sp.seed);
-  std::unordered_map<int32_t, int32_t> counts;  // generated tokens (penalties)
-  const int64_t bytes0 = source_->Stats().bytes_read;
-  double t0 = Now();
-  MOE_ASSIGN_OR_RETURN(ForwardResult f, model_->Forward(prompt, cache, /*all_rows=*/false));
-  r.prefill_seconds = Now() - t0;
-  const int64_t bytes1 = source_->Stats().bytes_read;
-  r.prefill_expert_bytes = bytes1 - bytes0;
-  StepProfile* prof = model_->profile();
-  if (prof) {
-    r.prefill_profile = *prof;
-    *prof = StepProfile{};
-    r.source_after_prefill = source_->Stats();
-  }
-  t0 = Now();
-  for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t t =
-        Sample(std::span<const float>(f.logits.data(), c.vocab_size), sp.sample, counts, /*top_logprobs=*/-1, rng).token;
-    ++counts[t];
-    r.tokens.push_back(t);
-    if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end()) {
-      r.stopped_at_eos = true;
-      break;
-    }
-    if (i + 1 == max_tokens) break;
-    const int32_t one[1] = {t};
-    MOE_ASSIGN_OR_RETURN(f, model_->Forward(one, cache, false));
-  }
-  cache.set_pending_token(r.tokens.empty() || r.stopped_at_eos ? -1 : r.tokens.back());
-  r.decode_seconds = Now() - t0;
-  r.decode_expert_bytes = source_->Stats().bytes_read - bytes1;
-  if (prof) {
-    r.decode_profile = *prof;
-    r.profiled = true;
-  }
-  return r;
 }
 
 absl::StatusOr<std::vector<ScoreRow>> Engine::Score(std::span<const int32_t> ids) const {

@@ -22,6 +22,7 @@
 #include "common/model/kv_cache.h"
 #include "common/model/model.h"
 #include "common/sampling/sampler.h"
+#include "common/sampling/spec.h"
 
 namespace moe {
 
@@ -60,8 +61,8 @@ struct MemoryPlan {
 };
 
 // Generate's sampling: the one sampler (common/sampling/sampler.h, what inferd
-// draws with) and the sequence's seed (Rng(seed), one draw per sampled
-// token). Default: greedy.
+// draws with) and the sequence's seed (output token i draws from
+// KeyedRng(seed, i)). Default: greedy.
 struct SamplingParams {
   SampleParams sample{.temperature = 0.0f};
   uint64_t seed = 0;
@@ -79,6 +80,9 @@ struct GenerateResult {
   bool profiled = false;
   StepProfile prefill_profile, decode_profile;
   ExpertSourceStats source_after_prefill;
+  // Speculative decoding (SpecOptions): decode steps, drafts and acceptance
+  // per draft position. steps counts every decode forward (plain or verify).
+  SpecStats spec;
 };
 
 // Teacher-forced MTP drafts (vLLM convention: slot j takes the final-normed
@@ -115,8 +119,15 @@ class Engine {
   // Feeds the prompt (continuing `cache`) and generates up to max_tokens,
   // stopping after an EOS id. The cache ends holding prompt + all generated
   // tokens but the last, which is recorded as cache.pending_token().
+  // Speculation (`spec`, common/sampling/spec.h; engine_generate.cc): each
+  // decode step may verify drafts (n-gram, MTP) in one forward over
+  // [last token + drafts] and truncates the cache to what was accepted; the
+  // tokens are the same as with spec off (greedy, and seeded: keyed draws),
+  // and so is the cache at the end. --speculative mtp on a model without an
+  // MTP layer is refused.
   absl::StatusOr<GenerateResult> Generate(std::span<const int32_t> prompt, int64_t max_tokens,
-                                          const SamplingParams& sp, KvCache& cache) const;
+                                          const SamplingParams& sp, KvCache& cache,
+                                          const SpecOptions& spec = {}) const;
   // Teacher-forced scoring of ids in one batch (fresh cache).
   absl::StatusOr<std::vector<ScoreRow>> Score(std::span<const int32_t> ids) const;
   // MTP drafts over ids in one batch (fresh caches); needs an MTP layer and >= 2 ids.

@@ -232,31 +232,48 @@ absl::StatusOr<std::vector<ForwardResult>> Model::ForwardBatch(std::span<const B
   for (const BatchSeq& q : seqs) {
     for (int32_t id : q.ids) q.cache->tokens().push_back(id);
   }
-  // Final norm + LM head once over the rows that want logits.
-  std::vector<int64_t> rows;
+  // Final norm once over the rows that want a hidden state or logits, the LM
+  // head once over those that want logits.
+  std::vector<int64_t> rows;   // batch rows that get the final norm
+  std::vector<int64_t> lrows;  // indices into `rows` that get logits
   std::vector<ForwardResult> out(seqs.size());
+  std::vector<int64_t> hid_rows(seqs.size(), 0);
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (!seqs[i].logits) continue;
-    const int64_t first = seqs[i].all_rows ? 0 : segs[i].S - 1;
-    out[i].rows = segs[i].S - first;
-    for (int64_t s = first; s < segs[i].S; ++s) rows.push_back(segs[i].row0 + s);
+    const int64_t lfirst = seqs[i].all_rows ? 0 : segs[i].S - 1;
+    if (seqs[i].logits) out[i].rows = segs[i].S - lfirst;
+    const int64_t hfirst = seqs[i].all_hidden ? 0 : seqs[i].logits ? lfirst : segs[i].S;
+    hid_rows[i] = segs[i].S - hfirst;
+    for (int64_t s = hfirst; s < segs[i].S; ++s) {
+      if (seqs[i].logits && s >= lfirst) lrows.push_back(static_cast<int64_t>(rows.size()));
+      rows.push_back(segs[i].row0 + s);
+    }
   }
-  const int64_t R = static_cast<int64_t>(rows.size());
+  const int64_t R = static_cast<int64_t>(rows.size()), L = static_cast<int64_t>(lrows.size());
   if (R == 0) return out;
-  std::vector<float> x(R * H), hid(R * H), lg(R * V);
+  std::vector<float> x(R * H), hid(R * H), lg(L * V);
   {
     Timed t(*this, &StepProfile::lm_head);
     for (int64_t r = 0; r < R; ++r) std::memcpy(x.data() + r * H, h.data() + rows[r] * H, H * sizeof(float));
     RmsNorm(x.data(), R, H, weights_->final_norm, c.rms_norm_eps, hid.data());
-    LinearR(weights_->lm_head, hid.data(), R, lg.data());
+    if (L == R) {
+      LinearR(weights_->lm_head, hid.data(), R, lg.data());
+    } else if (L > 0) {
+      std::vector<float> xl(L * H);
+      for (int64_t r = 0; r < L; ++r) std::memcpy(xl.data() + r * H, hid.data() + lrows[r] * H, H * sizeof(float));
+      LinearR(weights_->lm_head, xl.data(), L, lg.data());
+    }
   }
-  Trace("final_norm", hid.data(), R * H);
-  Trace("logits", lg.data(), R * V);
-  int64_t r0 = 0;
-  for (ForwardResult& fr : out) {
-    fr.hidden.assign(hid.begin() + r0 * H, hid.begin() + (r0 + fr.rows) * H);
-    fr.logits.assign(lg.begin() + r0 * V, lg.begin() + (r0 + fr.rows) * V);
-    r0 += fr.rows;
+  if (L == R) {
+    Trace("final_norm", hid.data(), R * H);
+    Trace("logits", lg.data(), L * V);
+  }
+  int64_t h0 = 0, l0 = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ForwardResult& fr = out[i];
+    fr.hidden.assign(hid.begin() + h0 * H, hid.begin() + (h0 + hid_rows[i]) * H);
+    fr.logits.assign(lg.begin() + l0 * V, lg.begin() + (l0 + fr.rows) * V);
+    h0 += hid_rows[i];
+    l0 += fr.rows;
   }
   return out;
 }

@@ -94,7 +94,7 @@ struct StepProfile {
 struct ForwardResult {
   int64_t rows = 0;            // rows returned (all S, or the last one)
   std::vector<float> logits;   // rows x vocab
-  std::vector<float> hidden;   // rows x hidden, final-normed (MTP input)
+  std::vector<float> hidden;   // rows x hidden, final-normed (MTP input); every row with BatchSeq::all_hidden
 };
 
 // One sequence's part of a batched forward (Model::ForwardBatch): its new
@@ -105,6 +105,11 @@ struct BatchSeq {
   KvCache* cache = nullptr;
   bool all_rows = false;  // logits of every row, else of the last row only
   bool logits = true;     // false: no logits/hidden at all (a prefill chunk that ends no prompt)
+  // Final-normed hidden states of EVERY row (ForwardResult::hidden, ids.size()
+  // rows) whatever all_rows / logits say: what the MTP drafter extends its
+  // cache with (common/model/spec_mtp.h). The LM head still runs only on the
+  // rows all_rows / logits ask for.
+  bool all_hidden = false;
 };
 
 struct MtpResult {

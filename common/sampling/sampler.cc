@@ -25,6 +25,15 @@ absl::Status CheckSampleParams(const SampleParams& p) {
   return absl::OkStatus();
 }
 
+Rng KeyedRng(uint64_t seed, int64_t index) {
+  auto mix = [](uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  return Rng(mix(mix(seed) ^ static_cast<uint64_t>(index)));
+}
 
 SampleResult Sample(std::span<const float> logits, const SampleParams& p,
                     const std::unordered_map<int32_t, int32_t>& counts, int32_t top_logprobs, Rng& rng,

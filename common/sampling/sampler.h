@@ -18,8 +18,10 @@
 // Determinism: the draw depends only on the logits, the parameters and the
 // sequence's RNG state -- never on other sequences of the batch.
 // Cost: O(V) per token plus O(V log V) only when top_p < 1 (V = 150k: ~2 ms).
-// Seeding: Rng(seed) once per sequence; each sampled token (temperature > 0)
-// takes one draw.
+// Seeding: keyed draws - the token at output index i draws from
+// KeyedRng(seed, i), never from a stream shared with earlier tokens, so a
+// seeded sequence gives the same tokens whether it speculates or not and
+// however many drafts were rejected (docs/SERVING.md, "Speculative decoding").
 // Thread safety: pure functions; the Rng belongs to one sequence.
 #pragma once
 
@@ -65,6 +67,10 @@ struct SampleResult {
 };
 
 using Rng = std::mt19937_64;
+
+// The generator of output index `index` of a sequence seeded `seed`
+// (splitmix64 of both: independent streams per index).
+Rng KeyedRng(uint64_t seed, int64_t index);
 
 // OK, or InvalidArgument naming the first parameter out of range (temperature
 // >= 0, top_p in (0, 1], top_k >= 0, min_p in [0, 1], finite penalties,

@@ -63,7 +63,7 @@ absl::Status Batcher::Submit(SeqRequest req, SeqCallback cb) {
   auto s = std::make_unique<Seq>();
   if (req.sampling.repetition_penalty != 1.0f) s->seen = req.prompt;
   if (req.constraint) s->mask.resize(MaskWords(model_->vocab_size()));
-  s->rng.seed(req.has_seed ? req.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32));
+  s->seed = req.has_seed ? req.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   s->req = std::move(req);
   s->cb = std::move(cb);
   std::lock_guard<std::mutex> lock(mu_);
@@ -111,6 +111,8 @@ void Batcher::EndSeq(Seq& s, EndReason why, absl::Status error, Deliveries* out)
   o.prompt_tokens = static_cast<int32_t>(s.req.prompt.size());
   o.completion_tokens = static_cast<int32_t>(s.generated.size());
   o.cached_prompt_tokens = static_cast<int32_t>(s.cached);
+  o.accepted_prediction_tokens = static_cast<int32_t>(s.spec.accepted);
+  o.rejected_prediction_tokens = static_cast<int32_t>(s.spec.drafted - s.spec.accepted);
   out->emplace_back(s.cb, std::move(o));
 }
 
@@ -219,8 +221,18 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
   items.resize(plan.entries.size());
   std::vector<std::vector<int32_t>>& step_tokens = step.tokens;
   step_tokens.resize(plan.entries.size());
+  // Decode entries first get their drafts (speculation; outside the lock: MTP drafts run the MTP layer).
+  int64_t planned = plan.total_tokens;
   size_t sampling = 0;
-  for (const auto& e : plan.entries) sampling += e.samples ? 1 : 0;
+  for (const auto& e : plan.entries) {
+    Seq& s = *active_[e.index];
+    s.drafts.clear();
+    if (in[e.index].prefill_remaining == 0) {
+      s.drafts = Drafts(s, planned);
+      planned += static_cast<int64_t>(s.drafts.size());
+    }
+    sampling += e.samples ? 1 + s.drafts.size() : 0;
+  }
   logits->assign(sampling * static_cast<size_t>(V), 0.0f);
   size_t li = 0;
   int64_t decode_rows = 0, prefill_rows = 0;
@@ -232,14 +244,17 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
       if (s.cancel) ++s.steps_after_cancel;  // must stay 0: cancelled ones were dropped above
       if (in[e.index].prefill_remaining == 0) {
         step_tokens[k] = {s.pending};
-        ++decode_rows;
+        step_tokens[k].insert(step_tokens[k].end(), s.drafts.begin(), s.drafts.end());
+        decode_rows += static_cast<int64_t>(step_tokens[k].size());
       } else {
         step_tokens[k].assign(s.req.prompt.begin() + s.prompt_fed, s.req.prompt.begin() + s.prompt_fed + e.tokens);
         prefill_rows += e.tokens;
       }
       items[k].state = s.state.get();
       items[k].tokens = step_tokens[k];
-      items[k].logits = e.samples ? logits->data() + (li++) * V : nullptr;
+      items[k].logit_rows = 1 + static_cast<int64_t>(s.drafts.size());
+      items[k].logits = e.samples ? logits->data() + li * V : nullptr;
+      if (e.samples) li += items[k].logit_rows;
     }
     ++stats_.steps;
     stats_.decode_tokens += decode_rows;
@@ -252,7 +267,11 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
 // Execute: one Forward over every planned row.
 absl::Status Batcher::Execute(Step& step) {
   const int64_t fetches0 = model_->expert_fetches();
+  const auto t0 = std::chrono::steady_clock::now();
   const absl::Status st = model_->Forward(step.items);
+  int64_t rows = 0;
+  for (const auto& it : step.items) rows += static_cast<int64_t>(it.tokens.size());
+  step_cost_.ObserveStep(rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (fetches0 >= 0) {
     const int64_t d = model_->expert_fetches() - fetches0;
     std::lock_guard<std::mutex> lock(mu_);
@@ -279,7 +298,6 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
       active_[e.index].reset();
     }
   } else {
-    size_t li = 0;
     int64_t produced = 0;
     for (size_t k = 0; k < step.plan.entries.size(); ++k) {
       const PlanEntry& e = step.plan.entries[k];
@@ -287,49 +305,51 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
       s.fed.insert(s.fed.end(), step.tokens[k].begin(), step.tokens[k].end());
       if (step.in[e.index].prefill_remaining > 0) s.prompt_fed += e.tokens;
       if (!e.samples) continue;
-      SampleOptions opt;
-      if (s.req.constraint && s.req.constraint->FillMask(s.mask)) opt.allowed = s.mask;
-      if (static_cast<int32_t>(s.generated.size()) < s.req.min_tokens) opt.banned = s.req.stop_token_ids;
-      opt.logit_bias = s.req.logit_bias;
-      opt.seen = s.seen;
-      SampleResult r = Sample(std::span<const float>(logits.data() + (li++) * V, V), s.req.sampling, s.counts,
-                              s.req.logprobs, s.rng, opt);
-      if (s.req.constraint) {
-        if (absl::Status bad = s.req.constraint->Accept(r.token); !bad.ok()) {
-          // The sampler drew outside the mask: a bug, never a silent invalid output.
-          const absl::Status err = absl::InternalError(absl::StrCat("constrained sampling: ", bad.message()));
-          std::lock_guard<std::mutex> lock(mu_);
-          ++stats_.errors;
-          stats_.last_error = err.ToString();
-          EndSeq(s, EndReason::kError, err, out);
-          live_.erase(s.req.id);
-          active_[e.index].reset();
-          continue;
-        }
+      // Rows drawn in order as plain decode steps would draw them, until one differs from its draft.
+      const int64_t fed_from = s.state->length() - static_cast<int64_t>(step.tokens[k].size());
+      DrawCtx c;
+      c.fed_from = fed_from;
+      const float* rows = step.items[k].logits;
+      const Acceptance a =
+          AcceptDrafts(s.drafts, [&](int row) { return DrawRow(s, rows + static_cast<int64_t>(row) * V, c); });
+      if (!s.drafts.empty()) {
+        // Roll back the rejected rows: the state holds the fed last token and the accepted drafts.
+        const int64_t keep = fed_from + a.drawn;
+        if (absl::Status t = model_->Truncate(*s.state, keep); !t.ok() && c.error.ok()) c.error = t;
+        s.fed.resize(keep);
+        s.depth.ObserveAcceptance(static_cast<int>(s.drafts.size()), a.accepted);
       }
-      if (!s.seen.empty()) s.seen.push_back(r.token);
-      s.generated.push_back(r.token);
-      ++s.counts[r.token];
-      s.pending = r.token;
-      ++produced;
-      SeqOutput o;
-      o.tokens.push_back(std::move(r));
-      const bool stop_tok =
-          std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), s.pending) != s.req.stop_token_ids.end();
-      const bool length = static_cast<int32_t>(s.generated.size()) >= s.req.max_tokens ||
-                          s.state->length() + 1 >= model_->max_context();
+      if (step.in[e.index].prefill_remaining == 0) {
+        s.spec.Record(static_cast<int>(s.drafts.size()), a.accepted, static_cast<int>(c.out.tokens.size()));
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.spec.Record(static_cast<int>(s.drafts.size()), a.accepted, static_cast<int>(c.out.tokens.size()));
+      }
+      produced += static_cast<int64_t>(c.out.tokens.size());
+      if (!c.error.ok()) {
+        // The sampler drew outside the mask (a bug), or the rollback failed: never a silent invalid output.
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.errors;
+        stats_.last_error = c.error.ToString();
+        EndSeq(s, EndReason::kError, c.error, out);
+        ForgetLocked(s);
+        active_[e.index].reset();
+        continue;
+      }
+      SeqOutput o = std::move(c.out);
       bool cancelled;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        cancelled = s.cancel;  // came during the step: its token is not delivered
+        cancelled = s.cancel;  // came during the step: its tokens are not delivered
       }
       if (cancelled) continue;  // dropped (and reported) at the top of the next loop
-      if (stop_tok || length) {
+      if (c.stop || c.length) {
         o.finished = true;
-        o.reason = stop_tok ? EndReason::kStop : EndReason::kLength;
+        o.reason = c.stop ? EndReason::kStop : EndReason::kLength;
         o.prompt_tokens = static_cast<int32_t>(s.req.prompt.size());
         o.completion_tokens = static_cast<int32_t>(s.generated.size());
         o.cached_prompt_tokens = static_cast<int32_t>(s.cached);
+        o.accepted_prediction_tokens = static_cast<int32_t>(s.spec.accepted);
+        o.rejected_prediction_tokens = static_cast<int32_t>(s.spec.drafted - s.spec.accepted);
         out->emplace_back(s.cb, std::move(o));
         // Keep its KV for prefix reuse (fed tokens only; the last sampled is not in the KV).
         std::shared_ptr<const SeqState> state(std::move(s.state));

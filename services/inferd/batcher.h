@@ -16,6 +16,17 @@
 // sequence is legal and a constrained sequence ends only with a stop token its grammar allows
 // (or by length). Masks are per sequence: the other rows of the step are untouched.
 //
+// Speculative decoding (config.spec; docs/SERVING.md): a decoding sequence
+// may feed its pending token + up to K drafts (forced tokens of its
+// constraint first, else n-gram / MTP drafts by the mode; auto picks the
+// depth per step from the sequence's measured acceptance and the worker's
+// measured step cost by rows) in the same step as everybody else's rows and
+// prefill chunks; its rows are drawn in order exactly as plain decode steps
+// would draw them (same sampler, mask, penalties, keyed draw
+// KeyedRng(seed, output index)) until one differs from its draft, and the
+// state is truncated to what was accepted (SequenceModel::Truncate). So the
+// tokens never depend on speculation, greedy or seeded. batcher_spec.cc.
+//
 // Cancellation: Cancel(id) marks the sequence; the loop drops marked
 // sequences before planning each step, so a cancelled sequence takes part in
 // no step that starts after Cancel returned (Stats::max_steps_after_cancel
@@ -43,6 +54,7 @@
 #include "absl/status/status.h"
 #include "services/inferd/prefix_cache.h"
 #include "common/sampling/sampler.h"
+#include "common/sampling/spec.h"
 #include "common/sampling/token_constraint.h"
 #include "services/inferd/sequence_model.h"
 #include "services/inferd/step_planner.h"
@@ -56,6 +68,7 @@ struct BatcherConfig {
   int64_t prefix_cache_bytes = int64_t{1} << 30;
   // The prefix cache's disk tier (--prefix-cache-dir); null: RAM only.
   std::shared_ptr<PrefixDiskTier> prefix_disk;
+  SpecOptions spec;  // off unless inferd's --speculative says otherwise
 };
 
 struct SeqRequest {
@@ -84,6 +97,10 @@ struct SeqOutput {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;
+  // Speculation: drafts accepted / rejected over the sequence (OpenAI's
+  // usage.completion_tokens_details.accepted/rejected_prediction_tokens).
+  int32_t accepted_prediction_tokens = 0;
+  int32_t rejected_prediction_tokens = 0;
 };
 
 using SeqCallback = std::function<void(SeqOutput)>;
@@ -112,6 +129,7 @@ struct BatcherStats {
   int64_t constrained = 0;  // sequences admitted with a constraint
   int64_t errors = 0;
   std::string last_error;
+  SpecStats spec;  // decode steps of every sequence: drafts, acceptance per position, tokens per step
 };
 
 class Batcher {
@@ -144,7 +162,10 @@ class Batcher {
     std::vector<int32_t> seen;  // prompt + generated (repetition penalty only)
     std::vector<uint32_t> mask;  // constraint mask scratch
     int32_t pending = -1;  // sampled, not yet fed
-    Rng rng;
+    uint64_t seed = 0;     // output token i draws from KeyedRng(seed, i)
+    std::vector<int32_t> drafts;  // fed after `pending` in the current step
+    SpecStats spec;
+    DepthChooser depth;  // --speculative auto: this sequence's acceptance
     bool cancel = false;
     int64_t steps_after_cancel = 0;
     int64_t kv_reserved = 0;  // bytes of the model's KV budget held for it
@@ -168,6 +189,19 @@ class Batcher {
   absl::Status Execute(Step& step);
   void FeedBack(const Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out);
   void EndSeq(Seq& s, EndReason why, absl::Status error, Deliveries* out);
+  // Speculation (batcher_spec.cc): the drafts s feeds after its pending token
+  // this step (base_rows: rows already planned), and the rows' draws.
+  std::vector<int32_t> Drafts(Seq& s, int64_t base_rows);
+  // Draws row `row` of s's verify; the token, or -1 when s ends with it (*ended
+  // says why: stop / length; *error set on a constraint violation).
+  struct DrawCtx {
+    int64_t fed_from = 0;  // the state's length before this step
+    int rows = 0;          // rows drawn so far
+    SeqOutput out;         // the drawn tokens
+    bool stop = false, length = false;
+    absl::Status error;
+  };
+  int32_t DrawRow(Seq& s, const float* logits, DrawCtx& c);
   // Removes a finished sequence from live_ and returns its KV reservation (mu_ held).
   void ForgetLocked(const Seq& s);
 
@@ -182,6 +216,7 @@ class Batcher {
   bool stop_ = false;
   int64_t kv_reserved_ = 0;  // sum of live sequences' reservations, under mu_
   BatcherStats stats_;
+  DepthChooser step_cost_;  // loop thread: step seconds by rows (auto's cost side)
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rate_window_;
   std::thread thread_;
 };

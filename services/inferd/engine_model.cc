@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "services/inferd/engine_identity.h"
+#include "common/model/spec_mtp.h"
 
 namespace moe::inferd {
 
@@ -15,8 +17,9 @@ class EngineState final : public SeqState {
  public:
   explicit EngineState(KvCache c) : cache(std::move(c)) {}
   int64_t length() const override { return cache.length(); }
-  int64_t bytes() const override { return cache.Bytes(); }
+  int64_t bytes() const override { return cache.Bytes() + (mtp ? mtp->Bytes() : 0); }
   KvCache cache;
+  std::optional<MtpDrafter> mtp;  // with MTP drafts on
 };
 
 }  // namespace
@@ -67,6 +70,34 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::ParseState(std::string_vi
 }
 
 std::unique_ptr<SeqState> EngineModel::NewState() { return std::make_unique<EngineState>(engine_->NewCache()); }
+std::unique_ptr<SeqState> EngineModel::NewState() {
+  auto s = std::make_unique<EngineState>(engine_->NewCache());
+  if (mtp_drafts_) s->mtp.emplace(engine_->model(), s->cache.dtype(), engine_->index_q8());
+  return s;
+}
+
+absl::Status EngineModel::set_mtp_drafts(bool on) {
+  if (on && !engine_->model().has_mtp()) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, " has no MTP layer (loaded): no MTP drafts"));
+  }
+  mtp_drafts_ = on;
+  return absl::OkStatus();
+}
+
+absl::Status EngineModel::Truncate(SeqState& state, int64_t n) {
+  auto& s = static_cast<EngineState&>(state);
+  if (n < 0 || n > s.cache.length()) return absl::InvalidArgumentError("truncate beyond the cached tokens");
+  s.cache.Truncate(n);
+  if (s.mtp) s.mtp->Truncate(n);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> EngineModel::DraftMtp(SeqState& state, std::span<const int32_t> tokens,
+                                                           int32_t next, int k) {
+  auto& s = static_cast<EngineState&>(state);
+  if (!s.mtp) return std::vector<int32_t>{};
+  return s.mtp->Draft(tokens, next, k);
+}
 
 absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::Clone(const SeqState& state, int64_t n) {
   const auto& src = static_cast<const EngineState&>(state);
@@ -75,7 +106,15 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::Clone(const SeqState& sta
   copy.Truncate(n);
   if (static_cast<int64_t>(copy.tokens().size()) > n) copy.tokens().resize(n);
   copy.set_pending_token(-1);
-  return std::make_unique<EngineState>(std::move(copy));
+  auto out = std::make_unique<EngineState>(std::move(copy));
+  if (src.mtp) {
+    out->mtp = src.mtp;
+    out->mtp->Truncate(n);
+  } else if (mtp_drafts_) {
+    out->mtp.emplace(engine_->model(), out->cache.dtype(), engine_->index_q8());
+    out->mtp->MarkStale();  // no hidden states for the copied prefix
+  }
+  return out;
 }
 
 absl::Status EngineModel::Forward(std::span<Item> items) {
@@ -85,9 +124,12 @@ absl::Status EngineModel::Forward(std::span<Item> items) {
   for (size_t i = 0; i < items.size(); ++i) {
     batch[i].ids = items[i].tokens;
     batch[i].cache = &static_cast<EngineState*>(items[i].state)->cache;
-    batch[i].all_rows = false;
+    batch[i].all_rows = items[i].logits != nullptr && items[i].logit_rows > 1;
     batch[i].logits = items[i].logits != nullptr;
+    batch[i].all_hidden = mtp_drafts_;
   }
+  std::vector<int64_t> p0(items.size());
+  for (size_t i = 0; i < items.size(); ++i) p0[i] = batch[i].cache->length();
   // One forward over every item's rows: each weight matrix and each distinct
   // routed expert is read once for the whole step.
   std::vector<ForwardResult> r;
@@ -100,11 +142,14 @@ absl::Status EngineModel::Forward(std::span<Item> items) {
     }
   }
   for (size_t i = 0; i < items.size(); ++i) {
+    auto* st = static_cast<EngineState*>(items[i].state);
+    if (st->mtp) st->mtp->AddHidden(p0[i], r[i].hidden);
     if (!items[i].logits) continue;
-    if (r[i].rows < 1 || static_cast<int64_t>(r[i].logits.size()) < V) {
-      return absl::InternalError("engine returned no logits row");
+    const int64_t R = batch[i].all_rows ? items[i].logit_rows : 1;
+    if (r[i].rows < R || static_cast<int64_t>(r[i].logits.size()) < r[i].rows * V) {
+      return absl::InternalError("engine returned fewer logits rows than asked");
     }
-    std::memcpy(items[i].logits, r[i].logits.data() + (r[i].rows - 1) * V, sizeof(float) * V);
+    std::memcpy(items[i].logits, r[i].logits.data() + (r[i].rows - R) * V, sizeof(float) * V * R);
   }
   return absl::OkStatus();
 }

@@ -54,6 +54,16 @@ class EngineModel final : public SequenceModel {
   // false: each item of a step runs its own forward (the unfused baseline
   // that benchmarks compare against; same tokens, more weight/expert reads).
   void set_batched_forward(bool on) { batched_forward_ = on; }
+  // Speculation: KvCache::Truncate rolls back; with MTP drafts on (inferd
+  // --speculative mtp|auto on a model with an MTP layer) every state keeps an
+  // MtpDrafter (common/model/spec_mtp.h) extended over its fed positions.
+  bool can_rollback() const override { return true; }
+  absl::Status Truncate(SeqState& state, int64_t n) override;
+  bool has_mtp_drafts() const override { return mtp_drafts_; }
+  absl::StatusOr<std::vector<int32_t>> DraftMtp(SeqState& state, std::span<const int32_t> tokens, int32_t next,
+                                                int k) override;
+  // InvalidArgument when the model has no MTP layer.
+  absl::Status set_mtp_drafts(bool on) override;
 
  private:
   std::unique_ptr<Engine> engine_;
@@ -65,6 +75,7 @@ class EngineModel final : public SequenceModel {
   int64_t max_context_ = 0;
   int64_t kv_budget_ = 0, kv_per_token_ = 0;
   bool batched_forward_ = true;
+  bool mtp_drafts_ = false;
 };
 
 }  // namespace moe::inferd

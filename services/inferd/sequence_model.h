@@ -18,6 +18,13 @@
 //    one whose StateIdentity() is the same string. The identity
 //    names everything a state's contents depend on (weights, numerics, KV
 //    layout): two models whose states differ never share it.
+//  - Speculative decoding (docs/SERVING.md): an item with logit_rows = R > 1
+//    (a verify: its last token + R - 1 drafts) gets the logits of its last R
+//    rows, each bit-identical to what feeding the rows one by one would give;
+//    Truncate(state, n) then drops the rejected positions >= n so the state
+//    is exactly the one that never fed them; DraftMtp proposes drafts from
+//    the model's MTP layer (models that have one and were asked to keep it
+//    extended).
 // Thread safety: Forward/Clone are called from the batcher thread only;
 // Clone's source may be shared (read-only) by the prefix cache.
 // SerializeState/ParseState may run on another thread (the tier's writer)
@@ -49,7 +56,8 @@ class SequenceModel {
   struct Item {
     SeqState* state = nullptr;
     std::span<const int32_t> tokens;
-    float* logits = nullptr;  // vocab_size() floats, or null (no logits needed)
+    float* logits = nullptr;  // logit_rows x vocab_size() floats, or null (no logits needed)
+    int64_t logit_rows = 1;   // the last rows whose logits are wanted (> 1: a verify)
   };
 
   virtual ~SequenceModel() = default;
@@ -83,6 +91,25 @@ class SequenceModel {
   virtual absl::StatusOr<std::unique_ptr<SeqState>> ParseState(std::string_view bytes,
                                                                const std::string& label) const {
     return absl::UnimplementedError(absl::StrCat(name(), ": states cannot be persisted (", label, ")"));
+  }
+  // Speculation: whether Truncate works (false: the batcher never drafts), the
+  // rollback itself, and MTP drafts (up to k after `tokens` = the state's fed
+  // tokens and `next`, the token about to be fed; empty when the model has no
+  // MTP drafter or the state's MTP cache does not cover its context).
+  virtual bool can_rollback() const { return false; }
+  virtual absl::Status Truncate(SeqState& state, int64_t n) {
+    return absl::UnimplementedError("this model cannot roll back drafts");
+  }
+  virtual bool has_mtp_drafts() const { return false; }
+  // Keep every state's MTP drafter extended (before any state is made);
+  // InvalidArgument naming the cause when the model has no MTP layer.
+  virtual absl::Status set_mtp_drafts(bool on) {
+    if (on) return absl::InvalidArgumentError(absl::StrCat(name(), " has no MTP layer"));
+    return absl::OkStatus();
+  }
+  virtual absl::StatusOr<std::vector<int32_t>> DraftMtp(SeqState& state, std::span<const int32_t> tokens,
+                                                        int32_t next, int k) {
+    return std::vector<int32_t>{};
   }
   // Routed-expert fetches (ExpertSource Gets) so far, or < 0 when unknown.
   // A batched step fetches each distinct (layer, expert) once.

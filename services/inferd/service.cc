@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <iostream>
@@ -220,6 +221,8 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   std::string prefix_cache_dir;
   uint64_t prefix_cache_disk_bytes = uint64_t{16} << 30;
   std::string tokenizer;
+  std::string tokenizer, speculative = "off";
+  int64_t draft_tokens = 3;
   FlagSet flags("inferd", "Inference worker: continuous batching over one model, served over gRPC.");
   flags.AddString("listen", &listen, "unix:/path or HOST:PORT (TCP binds only what is named)");
   flags.AddInt("max-sequences", &max_sequences, "live sequences at most (more: RESOURCE_EXHAUSTED)");
@@ -234,8 +237,24 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   flags.AddString("tokenizer", &tokenizer,
                   "vocabulary for structured outputs: a directory with tokenizer.json (the gateway's), 'none', or "
                   "empty = the model's own when it has one");
+  flags.AddString("speculative", &speculative,
+                  "speculative decoding: off, mtp (the model's MTP layer drafts), ngram (prompt lookup) or auto "
+                  "(lookup, else MTP; the depth per step from measured acceptance and step cost); the tokens never "
+                  "change (docs/SERVING.md)");
+  flags.AddInt("draft-tokens", &draft_tokens, "most drafts per sequence and step (K, 1..8)");
   factory.AddFlags(flags);
   if (auto code = ParseServiceFlags("inferd", flags, argc, argv)) return *code;
+  SpecOptions spec;
+  if (auto m = ParseSpecMode(speculative); !m.ok()) {
+    std::cerr << "inferd: " << m.status().message() << "\n";
+    return 2;
+  } else {
+    spec = SpecOptions{*m, static_cast<int>(std::clamp<int64_t>(draft_tokens, -1, 1000))};
+  }
+  if (absl::Status st = CheckSpecOptions(spec); !st.ok()) {
+    std::cerr << "inferd: " << st.message() << "\n";
+    return 2;
+  }
   if (max_sequences < 1 || max_step_tokens < 1 || prefill_chunk < 1) {
     std::cerr << "inferd: --max-sequences, --max-step-tokens, --prefill-chunk must be >= 1\n";
     return 2;
@@ -245,7 +264,18 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
     std::cerr << "inferd: " << model.status().message() << "\n";
     return 1;
   }
+  if (spec.mode == SpecMode::kMtp || spec.mode == SpecMode::kAuto) {
+    // mtp needs the layer; auto drafts by prompt lookup alone without it.
+    if (absl::Status st = (*model)->set_mtp_drafts(true); !st.ok()) {
+      if (spec.mode == SpecMode::kMtp) {
+        std::cerr << "inferd: --speculative mtp: " << st.message() << "\n";
+        return 1;
+      }
+      MOE_LOG(INFO) << "inferd: --speculative auto without MTP drafts: " << st.message();
+    }
+  }
   BatcherConfig bc;
+  bc.spec = spec;
   bc.max_sequences = static_cast<int>(max_sequences);
   bc.max_step_tokens = max_step_tokens;
   bc.prefill_chunk = prefill_chunk;

@@ -11,6 +11,7 @@
 // in for compute in latency tests. Batch-invariant by construction.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -73,7 +74,14 @@ class ToyModel final : public SequenceModel {
       }
       rows += static_cast<int64_t>(it.tokens.size());
       ++forwards_;
-      if (it.logits) Logits(st->tokens, it.logits);
+      if (it.logits) {
+        // Row r of the last logit_rows: the context up to and including it.
+        const int64_t R = std::min<int64_t>(it.logit_rows, static_cast<int64_t>(it.tokens.size()));
+        for (int64_t r = 0; r < R; ++r) {
+          const std::vector<int32_t> ctx(st->tokens.begin(), st->tokens.end() - (R - 1 - r));
+          Logits(ctx, it.logits + r * vocab_size());
+        }
+      }
     }
     int64_t us = c_.step_us + c_.row_us * rows;
     if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
@@ -106,6 +114,13 @@ class ToyModel final : public SequenceModel {
   }
 
   int64_t forwards() const { return forwards_; }
+  bool can_rollback() const override { return true; }
+  absl::Status Truncate(SeqState& s, int64_t n) override {
+    auto& st = static_cast<ToyState&>(s);
+    if (n < 0 || n > st.length()) return absl::InvalidArgumentError("truncate beyond the state");
+    st.tokens.resize(n);
+    return absl::OkStatus();
+  }
 
  private:
   static size_t RFind(const std::vector<int32_t>& t, std::string_view pat) {

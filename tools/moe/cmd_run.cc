@@ -6,6 +6,7 @@
 // per position x MoE layer, sorted by position then layer) for `moe bench cache`,
 // each row preceded by the router look-ahead's prediction of it made at the
 // layer before ("+" lines, trace version 2).
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -150,6 +151,11 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   flags.AddString("resume-kv", &resume_kv, "continue the conversation saved in this file (prompt is appended)");
   flags.AddBool("json", &json, "print tokens and stats as JSON");
   flags.AddBool("prefetch", &prefetch, "send prefetch hints to the expert source (--no-prefetch: off)");
+  std::string speculative = "off";
+  int64_t draft_tokens = 3;
+  flags.AddString("speculative", &speculative,
+                  "speculative decoding: off, mtp, ngram or auto (inferd's flag; the tokens never change)");
+  flags.AddInt("draft-tokens", &draft_tokens, "most drafts per step (K, 1..8)");
   flags.AddString("record-routing", &record_routing,
                   "write the routing trace (position, layer, expert ids) to this file (moe bench cache --trace)");
   MOE_RETURN_IF_ERROR(flags.Parse(argc, argv));
@@ -166,6 +172,9 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   std::vector<int32_t> prompt = std::move(in.ids);
   if (max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
   MOE_ASSIGN_OR_RETURN(const SamplingParams sp, sampling.Resolve());
+  MOE_ASSIGN_OR_RETURN(const SpecMode spec_mode, ParseSpecMode(speculative));
+  const SpecOptions spec{spec_mode, static_cast<int>(std::clamp<int64_t>(draft_tokens, -1, 1000))};
+  MOE_RETURN_IF_ERROR(CheckSpecOptions(spec));
 
   std::optional<KvCache> resumed;
   if (!resume_kv.empty()) {
@@ -211,7 +220,7 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   if (cache.num_layers() != eng->config().num_hidden_layers) {
     return absl::InvalidArgumentError("--resume-kv: the cache file was written for a different model");
   }
-  MOE_ASSIGN_OR_RETURN(GenerateResult r, eng->Generate(prompt, max_tokens, sp, cache));
+  MOE_ASSIGN_OR_RETURN(GenerateResult r, eng->Generate(prompt, max_tokens, sp, cache, spec));
   if (!save_kv.empty()) MOE_RETURN_IF_ERROR(cache.Save(save_kv));
   if (!record_routing.empty()) MOE_RETURN_IF_ERROR(recorder.Write(record_routing, eng->config()));
   const auto st = eng->expert_source().Stats();
@@ -241,6 +250,14 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
                   {"lookahead_recall", gate ? gate->LookAheadRecall() : 0.0},
                   {"peak_rss_bytes", PeakRssBytes()},
                   {"attention", AttentionPathName(eng->model().options().attention)}};
+    j["speculative"] = {{"mode", SpecModeName(spec.mode)},
+                        {"draft_tokens", spec.draft_tokens},
+                        {"decode_steps", r.spec.steps},
+                        {"drafted", r.spec.drafted},
+                        {"accepted", r.spec.accepted},
+                        {"drafted_per_position", r.spec.drafted_at},
+                        {"accepted_per_position", r.spec.accepted_at},
+                        {"tokens_per_step", r.spec.TokensPerStep()}};
     j["breakdown"] = {{"prefill", BreakdownJson(r.prefill_profile, r.source_after_prefill, {}, 1)},
                       {"decode_per_token",
                        BreakdownJson(r.decode_profile, st, r.source_after_prefill,

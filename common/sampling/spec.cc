@@ -1,0 +1,141 @@
+#include "common/sampling/spec.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/sampling/spec_ngram.h"
+
+namespace moe {
+
+absl::StatusOr<SpecMode> ParseSpecMode(std::string_view name) {
+  if (name == "off") return SpecMode::kOff;
+  if (name == "mtp") return SpecMode::kMtp;
+  if (name == "ngram") return SpecMode::kNgram;
+  if (name == "auto") return SpecMode::kAuto;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--speculative must be off, mtp, ngram or auto, got \"", std::string(name), "\""));
+}
+
+std::string_view SpecModeName(SpecMode m) {
+  switch (m) {
+    case SpecMode::kOff:
+      return "off";
+    case SpecMode::kMtp:
+      return "mtp";
+    case SpecMode::kNgram:
+      return "ngram";
+    case SpecMode::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+absl::Status CheckSpecOptions(const SpecOptions& o) {
+  if (o.draft_tokens < 1 || o.draft_tokens > kMaxDraftTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft-tokens must be in 1..", kMaxDraftTokens, ", got ", o.draft_tokens));
+  }
+  return absl::OkStatus();
+}
+
+void SpecStats::Record(int drafted_now, int accepted_now, int tokens_now) {
+  ++steps;
+  tokens += tokens_now;
+  drafted += drafted_now;
+  accepted += accepted_now;
+  if (static_cast<int>(drafted_at.size()) < drafted_now) {
+    drafted_at.resize(drafted_now, 0);
+    accepted_at.resize(drafted_now, 0);
+  }
+  for (int i = 0; i < drafted_now; ++i) ++drafted_at[i];
+  for (int i = 0; i < accepted_now; ++i) ++accepted_at[i];
+}
+
+void SpecStats::Add(const SpecStats& o) {
+  steps += o.steps;
+  tokens += o.tokens;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  if (drafted_at.size() < o.drafted_at.size()) {
+    drafted_at.resize(o.drafted_at.size(), 0);
+    accepted_at.resize(o.drafted_at.size(), 0);
+  }
+  for (size_t i = 0; i < o.drafted_at.size(); ++i) {
+    drafted_at[i] += o.drafted_at[i];
+    accepted_at[i] += o.accepted_at[i];
+  }
+}
+
+Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int32_t(int row)>& draw) {
+  Acceptance a;
+  for (int row = 0; row <= static_cast<int>(drafts.size()); ++row) {
+    const int32_t t = draw(row);
+    ++a.drawn;
+    const bool match = row < static_cast<int>(drafts.size()) && t >= 0 && t == drafts[row];
+    if (match) ++a.accepted;
+    if (t < 0 || !match) break;
+  }
+  return a;
+}
+
+absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int k, std::span<const int32_t> history,
+                                                   const MtpDraftFn& mtp) {
+  if (k < 1 || mode == SpecMode::kOff) return std::vector<int32_t>{};
+  if (mode == SpecMode::kMtp) return mtp ? mtp(k) : std::vector<int32_t>{};
+  std::vector<int32_t> d = NgramDraft(history, k);
+  if (mode == SpecMode::kAuto && d.empty() && mtp) return mtp(k);
+  return d;
+}
+
+void DepthChooser::ObserveAcceptance(int drafted, int accepted) {
+  if (static_cast<int>(drafted_at_.size()) < drafted) {
+    drafted_at_.resize(drafted, 0);
+    accepted_at_.resize(drafted, 0);
+  }
+  // Position i was only "tried" when every draft before it was accepted.
+  for (int i = 0; i < drafted && i <= accepted; ++i) ++drafted_at_[i];
+  for (int i = 0; i < accepted; ++i) ++accepted_at_[i];
+}
+
+double DepthChooser::Acceptance(int position) const {
+  const double d = position < static_cast<int>(drafted_at_.size()) ? drafted_at_[position] : 0;
+  const double a = position < static_cast<int>(accepted_at_.size()) ? accepted_at_[position] : 0;
+  return (a + 1.0) / (d + 2.0);
+}
+
+void DepthChooser::ObserveStep(int64_t rows, double seconds) {
+  if (rows < 1 || seconds <= 0) return;
+  if (static_cast<int64_t>(seconds_by_rows_.size()) <= rows) seconds_by_rows_.resize(rows + 1, 0.0);
+  double& s = seconds_by_rows_[rows];
+  s = s == 0 ? seconds : 0.8 * s + 0.2 * seconds;
+}
+
+double DepthChooser::Cost(int64_t rows) const {
+  if (rows < static_cast<int64_t>(seconds_by_rows_.size()) && seconds_by_rows_[rows] > 0) {
+    return seconds_by_rows_[rows];
+  }
+  // Not measured: 10% more per row than the nearest measured smaller step (optimistic, so it is tried).
+  for (int64_t r = std::min<int64_t>(rows, static_cast<int64_t>(seconds_by_rows_.size()) - 1); r >= 1; --r) {
+    if (seconds_by_rows_[r] > 0) return seconds_by_rows_[r] * (1.0 + 0.1 * static_cast<double>(rows - r));
+  }
+  return 1.0 + 0.1 * static_cast<double>(rows - 1);
+}
+
+int DepthChooser::Choose(int max_k, int64_t base_rows, const DepthChooser* costs) const {
+  const DepthChooser& cc = costs ? *costs : *this;
+  const double t0 = cc.Cost(base_rows + 1);
+  int best = 0;
+  double best_rate = 1.0 / t0, expect = 1.0, chain = 1.0;
+  for (int k = 1; k <= max_k; ++k) {
+    chain *= Acceptance(k - 1);
+    expect += chain;
+    const double rate = expect / cc.Cost(base_rows + 1 + k);
+    if (rate > best_rate * 1.02) {  // 2% margin: a depth must clearly pay
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
+}
+
+}  // namespace moe

@@ -1,0 +1,137 @@
+// Speculative decoding, token side: modes, n-gram drafts, the acceptance
+// rule, statistics and the depth chooser (common/sampling/spec.h).
+#include "common/sampling/spec.h"
+
+#include <gtest/gtest.h>
+
+#include "common/sampling/sampler.h"
+#include "common/sampling/spec_ngram.h"
+
+namespace moe {
+namespace {
+
+TEST(SpecMode, ParsesAndRefusesByName) {
+  for (const char* m : {"off", "mtp", "ngram", "auto"}) {
+    auto p = ParseSpecMode(m);
+    ASSERT_TRUE(p.ok()) << m;
+    EXPECT_EQ(SpecModeName(*p), m);
+  }
+  auto bad = ParseSpecMode("eagle");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("eagle"), std::string::npos);
+  EXPECT_NE(CheckSpecOptions({SpecMode::kMtp, 0}).message().find("--draft-tokens"), std::string::npos);
+  EXPECT_FALSE(CheckSpecOptions({SpecMode::kMtp, kMaxDraftTokens + 1}).ok());
+  EXPECT_TRUE(CheckSpecOptions({SpecMode::kMtp, 4}).ok());
+}
+
+TEST(NgramDraft, LongestSuffixLatestOccurrence) {
+  // ... 1 2 3 [7 8] ... 2 3 [9] ... 1 2 3 -> the 3-gram "1 2 3" matched last at 0: 7 8.
+  const std::vector<int32_t> s = {1, 2, 3, 7, 8, 5, 2, 3, 9, 6, 1, 2, 3};
+  EXPECT_EQ(NgramDraft(s, 2), (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(NgramDraft(s, 5), (std::vector<int32_t>{7, 8, 5, 2, 3}));
+  // Only a 1-gram match: its latest earlier occurrence.
+  const std::vector<int32_t> t = {4, 5, 4, 6, 9, 4};
+  EXPECT_EQ(NgramDraft(t, 1), (std::vector<int32_t>{6}));
+  // A draft stops at the end of the sequence.
+  const std::vector<int32_t> u = {3, 3};
+  EXPECT_EQ(NgramDraft(u, 4), (std::vector<int32_t>{3}));
+  EXPECT_TRUE(NgramDraft(std::vector<int32_t>{1, 2, 3}, 3).empty());
+  EXPECT_TRUE(NgramDraft(s, 0).empty());
+}
+
+TEST(AcceptDrafts, StopsAtFirstMismatchAndAtTheEnd) {
+  const std::vector<int32_t> drafts = {5, 6, 7};
+  std::vector<int32_t> target = {5, 6, 9, 1};
+  std::vector<int32_t> got;
+  auto draw = [&](int row) {
+    got.push_back(target[row]);
+    return target[row];
+  };
+  Acceptance a = AcceptDrafts(drafts, draw);
+  EXPECT_EQ(a.drawn, 3);
+  EXPECT_EQ(a.accepted, 2);
+  EXPECT_EQ(got, (std::vector<int32_t>{5, 6, 9}));
+  // Every draft accepted: the bonus row is drawn too.
+  target = {5, 6, 7, 1};
+  got.clear();
+  a = AcceptDrafts(drafts, draw);
+  EXPECT_EQ(a.drawn, 4);
+  EXPECT_EQ(a.accepted, 3);
+  // The sequence ends at row 1 (its token equal to the draft): counted, nothing after it.
+  got.clear();
+  a = AcceptDrafts(drafts, [&](int row) { return row == 1 ? -1 : target[row]; });
+  EXPECT_EQ(a.drawn, 2);
+  EXPECT_EQ(a.accepted, 1);
+  // No drafts: one plain draw.
+  a = AcceptDrafts({}, draw);
+  EXPECT_EQ(a.drawn, 1);
+  EXPECT_EQ(a.accepted, 0);
+}
+
+TEST(SpecStats, CountsPerPosition) {
+  SpecStats s;
+  s.Record(3, 1, 2);
+  s.Record(2, 2, 3);
+  s.Record(0, 0, 1);
+  EXPECT_EQ(s.steps, 3);
+  EXPECT_EQ(s.tokens, 6);
+  EXPECT_EQ(s.drafted, 5);
+  EXPECT_EQ(s.accepted, 3);
+  EXPECT_EQ(s.drafted_at, (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(s.accepted_at, (std::vector<int64_t>{2, 1, 0}));
+  EXPECT_DOUBLE_EQ(s.TokensPerStep(), 2.0);
+  SpecStats t;
+  t.Add(s);
+  t.Add(s);
+  EXPECT_EQ(t.drafted_at, (std::vector<int64_t>{4, 4, 2}));
+}
+
+TEST(DepthChooser, DraftsWhenAcceptedAndCheapNeverWhenCostly) {
+  DepthChooser cheap;
+  for (int i = 0; i < 50; ++i) cheap.ObserveAcceptance(4, 4);
+  for (int64_t rows = 1; rows <= 5; ++rows) cheap.ObserveStep(rows, 1.0 + 0.05 * (rows - 1));
+  EXPECT_EQ(cheap.Choose(4, 0), 4);
+  EXPECT_GT(cheap.Acceptance(3), 0.9);
+  // Acceptance of nothing: no depth pays.
+  DepthChooser rejected;
+  for (int i = 0; i < 50; ++i) rejected.ObserveAcceptance(2, 0);
+  EXPECT_LT(rejected.Acceptance(0), 0.05);
+  EXPECT_EQ(rejected.Choose(4, 0), 0);
+  // Accepted but a verify costs 3x a plain step (uncached experts): off.
+  DepthChooser costly;
+  for (int i = 0; i < 50; ++i) costly.ObserveAcceptance(4, 2);
+  costly.ObserveStep(1, 1.0);
+  for (int64_t rows = 2; rows <= 5; ++rows) costly.ObserveStep(rows, 3.0 * rows);
+  EXPECT_EQ(costly.Choose(4, 0), 0);
+  // Unmeasured depths are tried (optimistic cost).
+  DepthChooser fresh;
+  EXPECT_GT(fresh.Choose(2, 0), 0);
+}
+
+TEST(KeyedRng, DependsOnSeedAndIndexOnly) {
+  Rng a = KeyedRng(7, 3), b = KeyedRng(7, 3), c = KeyedRng(7, 4), d = KeyedRng(8, 3);
+  const uint64_t x = a();
+  EXPECT_EQ(x, b());
+  EXPECT_NE(x, c());
+  EXPECT_NE(x, d());
+}
+
+TEST(ProposeDrafts, ModesPickTheirSource) {
+  const std::vector<int32_t> h = {1, 2, 3, 1, 2};
+  int mtp_calls = 0;
+  MtpDraftFn mtp = [&](int k) -> absl::StatusOr<std::vector<int32_t>> {
+    ++mtp_calls;
+    return std::vector<int32_t>(k, 42);
+  };
+  EXPECT_EQ(*ProposeDrafts(SpecMode::kNgram, 2, h, mtp), (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(*ProposeDrafts(SpecMode::kMtp, 2, h, mtp), (std::vector<int32_t>{42, 42}));
+  EXPECT_EQ(*ProposeDrafts(SpecMode::kAuto, 2, h, mtp), (std::vector<int32_t>{3, 1}));  // lookup hit: free
+  EXPECT_EQ(*ProposeDrafts(SpecMode::kAuto, 2, std::vector<int32_t>{1, 2}, mtp), (std::vector<int32_t>{42, 42}));
+  EXPECT_TRUE(ProposeDrafts(SpecMode::kOff, 2, h, mtp)->empty());
+  EXPECT_TRUE(ProposeDrafts(SpecMode::kMtp, 0, h, mtp)->empty());
+  EXPECT_TRUE(ProposeDrafts(SpecMode::kMtp, 2, h, nullptr)->empty());
+  EXPECT_EQ(mtp_calls, 2);
+}
+
+}  // namespace
+}  // namespace moe
