@@ -20,7 +20,7 @@ std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows) {
   if (s.req.constraint) {
     // Forced tokens (exactly one legal next token) are drafts that are always accepted.
     TokenConstraint& tc = *s.req.constraint;
-    while (static_cast<int>(d.size()) < room) {
+    while (static_cast<int>(d.size()) < room && !tc.Terminated()) {
       const int32_t t = tc.ForcedToken();
       if (t < 0 || !tc.Accept(t).ok()) break;
       d.push_back(t);

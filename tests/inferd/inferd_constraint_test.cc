@@ -164,3 +164,50 @@ TEST_F(InferdConstraint, MinTokensKeepsStopIdsOutAndLogitBiasActs) {
 
 }  // namespace
 }  // namespace moe::inferd
+
+namespace moe::inferd {
+namespace {
+
+// Speculation under a constraint: tokens the grammar forces (exactly one legal) are drafts that are
+// always accepted, other drafts are verified under the row's mask; the tokens equal the plain run's
+// (seeded sampling and greedy), constrained and free sequences batched together.
+TEST_F(InferdConstraint, ForcedTokensAreAcceptedDraftsAndChangeNoToken) {
+  const auto person = Schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},
+      "age":{"type":"integer","minimum":0,"maximum":120}},"required":["name","age"],"additionalProperties":false})");
+  const auto answer = Schema(R"({"type":"object","properties":{"answer":{"enum":["yes","no"]}},"required":["answer"]})");
+  auto run = [&](SpecMode mode, float temperature, std::vector<SeqOutput>* fins) {
+    ToyModel m;
+    BatcherConfig bc;
+    bc.spec = SpecOptions{mode, 4};
+    Batcher b(&m, bc);
+    std::vector<std::unique_ptr<Done>> ds;
+    for (int i = 0; i < 4; ++i) {
+      ds.push_back(std::make_unique<Done>());
+      const structured::ConstraintSpec* spec = i == 0 ? nullptr : i % 2 ? &person : &answer;
+      EXPECT_TRUE(b.Submit(Req("s" + std::to_string(i), "<|assistant|>\n#" + std::to_string(i), spec, temperature, 7 + i),
+                           ds.back()->Cb())
+                      .ok());
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& d : ds) {
+      d->Wait();
+      out.push_back(d->tokens);
+      fins->push_back(d->fin);
+    }
+    return out;
+  };
+  for (float temperature : {0.0f, 1.0f}) {
+    std::vector<SeqOutput> f0, f1;
+    const auto plain = run(SpecMode::kOff, temperature, &f0);
+    const auto spec = run(SpecMode::kNgram, temperature, &f1);
+    EXPECT_EQ(spec, plain) << "T=" << temperature;
+    for (int i = 1; i < 4; ++i) {
+      EXPECT_EQ(f0[i].accepted_prediction_tokens, 0);
+      // `{"name":"` / `"answer":"` keys and `es"` after `y`: forced, so drafted and accepted.
+      EXPECT_GE(f1[i].accepted_prediction_tokens, 4) << "T=" << temperature << " seq " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe::inferd
