@@ -15,8 +15,11 @@
 // acceptance rule of common/sampling/spec.h is lossless for sampling too.
 // The MTP layer's own indexer runs on every row (index_share_for_mtp_iteration
 // is not applied: it only saves indexer work within a round).
-// Stale: when the hidden state of a slot is missing (a cache resumed from a
-// file, a prefix copy cut inside the MTP cache) Draft returns no drafts.
+// The main model's hidden state of every fed position is kept (hidden_size
+// floats per token, counted in Bytes()): a prefix copy (inferd's prefix
+// cache) cut inside the MTP cache re-extends it from them at the next draft.
+// Stale: when hidden states are missing (a cache resumed from a file: its
+// earlier positions were never seen) Draft returns no drafts.
 // Thread safety: one sequence, one thread; the Model is shared read-only.
 #pragma once
 
@@ -52,7 +55,7 @@ class MtpDrafter {
  private:
   const Model* model_;
   KvCache mtp_;
-  std::vector<float> hidden_;  // rows of main positions [mtp_.length(), mtp_.length() + rows)
+  std::vector<float> hidden_;  // rows of main positions [0, fed)
   bool stale_ = false;
 };
 

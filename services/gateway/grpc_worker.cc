@@ -100,6 +100,8 @@ class GrpcSeq final : public SeqHandle {
         fin.prompt_tokens = f.prompt_tokens();
         fin.completion_tokens = f.completion_tokens();
         fin.cached_prompt_tokens = f.cached_prompt_tokens();
+        fin.accepted_prediction_tokens = f.accepted_prediction_tokens();
+        fin.rejected_prediction_tokens = f.rejected_prediction_tokens();
       }
     }
     grpc::Status st = reader->Finish();
@@ -179,6 +181,15 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
     info.last_error = stats.last_error();
     info.errors = stats.errors();
     info.prefix_cache_lookups = stats.prefix_cache_lookups();
+    info.speculative = stats.speculative();
+    info.spec_decode_steps = stats.spec_decode_steps();
+    info.spec_decode_tokens = stats.spec_decode_tokens();
+    info.spec_drafted = stats.spec_drafted();
+    info.spec_accepted = stats.spec_accepted();
+    info.spec_drafted_per_position.assign(stats.spec_drafted_per_position().begin(),
+                                          stats.spec_drafted_per_position().end());
+    info.spec_accepted_per_position.assign(stats.spec_accepted_per_position().begin(),
+                                           stats.spec_accepted_per_position().end());
   }
   return info;
 }

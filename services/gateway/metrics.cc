@@ -45,6 +45,14 @@ Metrics::Metrics(const std::string& model) : registry_(std::make_shared<promethe
   w_prefix_bytes_ = gauge("moe_worker_prefix_cache_bytes", "KV of finished sequences kept for prefix reuse");
   w_prefix_cap_ = gauge("moe_worker_prefix_cache_capacity_bytes", "Bound of the prefix cache (--prefix-cache-bytes)");
   w_prefix_use_ = gauge("moe_worker_prefix_cache_usage", "Prefix cache bytes over its capacity (0..1)");
+  w_spec_tps_ = gauge("moe_worker_spec_tokens_per_step",
+                      "Speculative decoding: tokens per decode step of each worker (1 = no draft accepted)");
+  w_spec_accept_ = gauge("moe_worker_spec_acceptance",
+                         "Speculative decoding: accepted / drafted at each draft position (0 = first draft)");
+  w_spec_steps_ = counter("moe_worker_spec_decode_steps_total", "Decode steps (plain or verify) of each worker");
+  w_spec_tokens_ = counter("moe_worker_spec_decode_tokens_total", "Tokens those decode steps produced");
+  w_spec_drafted_ = counter("moe_worker_spec_drafted_total", "Draft tokens verified by each worker");
+  w_spec_accepted_ = counter("moe_worker_spec_accepted_total", "Draft tokens accepted by each worker");
   w_tokens_ = counter("moe_worker_tokens_total", "Tokens streamed from each worker");
   w_steps_ = counter("moe_worker_steps_total", "Engine steps run by each worker");
   w_fetches_ = counter("moe_worker_expert_fetches_total",
@@ -93,6 +101,20 @@ std::string Metrics::Render(const AdmissionController* admission, const Sequence
       Advance(w_fetches_, w.name, w.info.expert_fetches);
       Advance(w_prefix_hits_, w.name, w.info.prefix_cache_hit_tokens);
       Advance(w_prefix_lookups_, w.name, w.info.prefix_cache_lookups);
+      Advance(w_spec_steps_, w.name, w.info.spec_decode_steps);
+      Advance(w_spec_tokens_, w.name, w.info.spec_decode_tokens);
+      Advance(w_spec_drafted_, w.name, w.info.spec_drafted);
+      Advance(w_spec_accepted_, w.name, w.info.spec_accepted);
+      w_spec_tps_->Add(l).Set(w.info.spec_decode_steps > 0 ? static_cast<double>(w.info.spec_decode_tokens) /
+                                                                 static_cast<double>(w.info.spec_decode_steps)
+                                                           : 0.0);
+      for (size_t p = 0; p < w.info.spec_drafted_per_position.size() &&
+                         p < w.info.spec_accepted_per_position.size();
+           ++p) {
+        const double d = static_cast<double>(w.info.spec_drafted_per_position[p]);
+        w_spec_accept_->Add({{"worker", w.name}, {"position", std::to_string(p)}})
+            .Set(d > 0 ? static_cast<double>(w.info.spec_accepted_per_position[p]) / d : 0.0);
+      }
       Rate& r = rates_[w.name];
       double dt = std::chrono::duration<double>(now - r.at).count();
       if (r.at.time_since_epoch().count() != 0 && dt > 0.05) {

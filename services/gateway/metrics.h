@@ -18,8 +18,11 @@
 //     moe_worker_kv_cache_bytes, moe_worker_prefix_cache_bytes,
 //     moe_worker_prefix_cache_capacity_bytes, moe_worker_prefix_cache_usage (0..1)  gauges;
 //     moe_worker_tokens_total, moe_worker_steps_total, moe_worker_expert_fetches_total,
-//     moe_worker_prefix_cache_hit_tokens_total, moe_worker_prefix_cache_lookups_total
-//     counters (the workers report running totals; the gateway adds what each probe
+//     moe_worker_prefix_cache_hit_tokens_total, moe_worker_prefix_cache_lookups_total,
+//     moe_worker_spec_decode_steps_total, moe_worker_spec_decode_tokens_total,
+//     moe_worker_spec_drafted_total, moe_worker_spec_accepted_total
+//     counters; moe_worker_spec_tokens_per_step and moe_worker_spec_acceptance{position}
+//     (accepted / drafted at each draft position, over the worker's life) gauges (the workers report running totals; the gateway adds what each probe
 //     moved on, and a worker's restart does not make them go back).
 // Thread safety: all methods are thread-safe (prometheus-cpp metrics are; Render locks).
 #pragma once
@@ -81,6 +84,12 @@ class Metrics {
   Gauges* w_prefix_bytes_;
   Gauges* w_prefix_cap_;
   Gauges* w_prefix_use_;
+  Gauges* w_spec_tps_;
+  Gauges* w_spec_accept_;
+  Counters* w_spec_steps_;
+  Counters* w_spec_tokens_;
+  Counters* w_spec_drafted_;
+  Counters* w_spec_accepted_;
   Counters* w_tokens_;
   Counters* w_steps_;
   Counters* w_fetches_;

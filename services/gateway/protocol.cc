@@ -545,6 +545,9 @@ json UsageJson(const Usage& u) {
          {"completion_tokens", u.completion_tokens},
          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
   j["prompt_tokens_details"] = json{{"cached_tokens", u.cached_tokens}};
+  // OpenAI's fields for predicted outputs; here the worker's speculative drafts.
+  j["completion_tokens_details"] = json{{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+                                        {"rejected_prediction_tokens", u.rejected_prediction_tokens}};
   return j;
 }
 

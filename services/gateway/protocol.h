@@ -126,6 +126,9 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;
+  // Speculative decoding's drafts over all choices (completion_tokens_details).
+  int32_t accepted_prediction_tokens = 0;
+  int32_t rejected_prediction_tokens = 0;
 };
 
 struct ChoiceResult {

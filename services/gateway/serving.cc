@@ -395,6 +395,8 @@ std::optional<ApiError> OpenAIServing::Generate(PreparedRequest& req, ClientStre
         break;
       }
       usage->cached_tokens = std::max(usage->cached_tokens, ev.cached_prompt_tokens);
+      usage->accepted_prediction_tokens += ev.accepted_prediction_tokens;
+      usage->rejected_prediction_tokens += ev.rejected_prediction_tokens;
       std::string text = cs.utf8.Flush();
       if (!cs.stop) cs.stop = std::make_unique<StopMatcher>(std::vector<std::string>{});
       StopMatcher::Result r = cs.stop->Push(text);

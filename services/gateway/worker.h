@@ -73,6 +73,8 @@ struct SeqEvent {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;
+  int32_t accepted_prediction_tokens = 0;  // speculative decoding's drafts, accepted / rejected
+  int32_t rejected_prediction_tokens = 0;
   // kError
   absl::Status status;
 };
@@ -111,6 +113,10 @@ struct WorkerInfo {
   std::string last_error;          // the worker's own (a failed step, a refused request)
   int64_t errors = 0;
   int64_t prefix_cache_lookups = 0;
+  // Speculative decoding (inferd StatsReply spec_*): running totals.
+  std::string speculative;
+  int64_t spec_decode_steps = 0, spec_decode_tokens = 0, spec_drafted = 0, spec_accepted = 0;
+  std::vector<int64_t> spec_drafted_per_position, spec_accepted_per_position;
 };
 
 class Worker {

@@ -134,6 +134,8 @@ grpc::Status InferdService::Generate(grpc::ServerContext* ctx, const GenerateReq
       f->set_prompt_tokens(fin->prompt_tokens);
       f->set_completion_tokens(fin->completion_tokens);
       f->set_cached_prompt_tokens(fin->cached_prompt_tokens);
+      f->set_accepted_prediction_tokens(fin->accepted_prediction_tokens);
+      f->set_rejected_prediction_tokens(fin->rejected_prediction_tokens);
       if (!cancel_sent || !ctx->IsCancelled()) writer->Write(ev);
       return grpc::Status::OK;
     }
@@ -209,6 +211,13 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
   reply->set_prefix_disk_writes(s.prefix.disk.writes);
   reply->set_prefix_disk_ignored(s.prefix.disk.ignored);
   reply->set_prefix_disk_spills_dropped(s.prefix.spills_dropped);
+  reply->set_spec_decode_steps(s.spec.steps);
+  reply->set_spec_decode_tokens(s.spec.tokens);
+  reply->set_spec_drafted(s.spec.drafted);
+  reply->set_spec_accepted(s.spec.accepted);
+  for (int64_t v : s.spec.drafted_at) reply->add_spec_drafted_per_position(v);
+  for (int64_t v : s.spec.accepted_at) reply->add_spec_accepted_per_position(v);
+  reply->set_speculative(std::string(SpecModeName(batcher_->config().spec.mode)));
   return grpc::Status::OK;
 }
 

@@ -370,3 +370,22 @@ TEST(GatewayProtocol, ResponseJsonShapes) {
 
 }  // namespace
 }  // namespace moe::gateway
+
+namespace moe::gateway {
+namespace {
+
+// Speculative decoding's drafts reach the client as OpenAI's predicted-output usage fields.
+TEST(ProtocolUsage, CompletionTokensDetailsCarryTheDrafts) {
+  Usage u;
+  u.prompt_tokens = 5;
+  u.completion_tokens = 9;
+  u.accepted_prediction_tokens = 4;
+  u.rejected_prediction_tokens = 2;
+  const nlohmann::json j = UsageJson(u);
+  EXPECT_EQ(j["total_tokens"], 14);
+  EXPECT_EQ(j["completion_tokens_details"]["accepted_prediction_tokens"], 4);
+  EXPECT_EQ(j["completion_tokens_details"]["rejected_prediction_tokens"], 2);
+}
+
+}  // namespace
+}  // namespace moe::gateway

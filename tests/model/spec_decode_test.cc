@@ -185,6 +185,19 @@ TEST(SpecRollback, MtpCacheAfterRecursiveDraftsEqualsOneThatNeverDrafted) {
   auto tf = (*eng)->TeacherForcedMtpDrafts(ids);
   ASSERT_TRUE(tf.ok());
   EXPECT_EQ(tf->draft.back(), (*d4)[0]);
+  // A prefix copy cut inside the MTP cache (inferd's prefix cache) re-extends from the kept hidden
+  // states: the same drafts and MTP cache as a drafter that only ever saw the prefix.
+  const size_t n = prompt.size() - 3;
+  const int64_t H = model.config().hidden_size;
+  MtpDrafter cut = deep, fresh(model, KvDtype::kF32, (*eng)->index_q8());
+  cut.Truncate(static_cast<int64_t>(n));
+  fresh.AddHidden(0, std::span<const float>((*f)[0].hidden).first(n * H));
+  const std::span<const int32_t> pre = std::span<const int32_t>(prompt).first(n);
+  auto dc = cut.Draft(pre, prompt[n], 3), df = fresh.Draft(pre, prompt[n], 3);
+  ASSERT_TRUE(dc.ok() && df.ok());
+  EXPECT_EQ(dc->size(), 3u);
+  EXPECT_EQ(*dc, *df);
+  EXPECT_TRUE(Bytes(cut.cache(), "mtp_cut") == Bytes(fresh.cache(), "mtp_fresh"));
   // A missing hidden row (a gap) makes the drafter stale: no drafts, never wrong ones.
   MtpDrafter gap(model, KvDtype::kF32, (*eng)->index_q8());
   gap.AddHidden(3, (*f)[0].hidden);

@@ -4,7 +4,10 @@ expertd) + the gateway with the model's tokenizer. Loopback/unix sockets only.
 
   - Every answer is identical to the same request served by one inferd with
     its in-process expert store (greedy and seeded sampling, chat and
-    completions, requests sent concurrently so the workers batch them).
+    completions, requests sent concurrently so the workers batch them), the
+    expertd workers speculating (--speculative mtp) and the lone one not;
+    usage.completion_tokens_details and the workers' speculation metrics
+    report the drafts.
   - expertd really served both workers (two sessions, reads/hits counted).
   - `moe run` with --seed/--temperature/--top-p samples the same tokens as the
     API with the same parameters (one sampler, common/sampling).
@@ -63,9 +66,9 @@ class EngineStack(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp, cls.container = convert_container(BUILD, MODEL_SRC, "moe-engine-stack-")
 
-    def engine_stack(self, **kw):
+    def engine_stack(self, extra_worker_args=(), **kw):
         return Stack(BUILD, worker_bin=os.path.join(BUILD, "services/inferd/inferd"),
-                     worker_args=[f"--model={self.container}", "--log-level=warning"],
+                     worker_args=[f"--model={self.container}", "--log-level=warning", *extra_worker_args],
                      gateway_args=[f"--tokenizer={self.container}"], startup_timeout=60, **kw)
 
     def test_expertd_stack_answers_exactly_like_in_process(self):
@@ -78,7 +81,8 @@ class EngineStack(unittest.TestCase):
         for out, n in ref:
             self.assertGreater(n, 0)
 
-        stack = self.engine_stack(workers=2, expertd_model=self.container)
+        stack = self.engine_stack(workers=2, expertd_model=self.container,
+                                  extra_worker_args=["--speculative=mtp", "--draft-tokens=3"])
         try:
             # Concurrently, twice over: both workers get requests, each batches several.
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(REQUESTS) * 2) as ex:
@@ -98,6 +102,17 @@ class EngineStack(unittest.TestCase):
             fetches = [v for k, v in m.items() if k.startswith("moe_worker_expert_fetches")]
             self.assertEqual(len(fetches), 2, m)
             self.assertTrue(all(v > 0 for v in fetches), m)
+            drafted = [v for k, v in m.items() if k.startswith("moe_worker_spec_drafted_total")]
+            self.assertEqual(len(drafted), 2, m)
+            self.assertTrue(all(v > 0 for v in drafted), m)  # both workers verified MTP drafts
+            # The drafts a request's verifies accepted / rejected, in OpenAI's usage fields.
+            body = dict(REQUESTS[1][1], model="moestream")
+            req = urllib.request.Request(stack.base_url + "/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                details = json.loads(r.read())["usage"]["completion_tokens_details"]
+            self.assertGreater(details["accepted_prediction_tokens"] + details["rejected_prediction_tokens"], 0,
+                               details)
         finally:
             codes = stack.stop()
         self.assertTrue(all(c == 0 for c in codes.values()), codes)
