@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/text/jinja/budget.h"
 #include "common/text/jinja/interpreter.h"
 #include "common/text/jinja/py_str.h"
 
@@ -300,7 +301,7 @@ Value FTojson(Interpreter&, const Value& v, CallArgs& a) {
       o.indent_is_str = true;
       o.indent_str = indent->str().str();
     } else {
-      o.indent = static_cast<int>(std::max<int64_t>(0, IntArg(indent, 0, "indent")));
+      o.indent = static_cast<int>(std::clamp<int64_t>(IntArg(indent, 0, "indent"), 0, INT32_MAX));
     }
     o.item_sep.assign(1, ',');
   }
@@ -598,7 +599,14 @@ Value FFormat(Interpreter&, const Value& v, CallArgs& a) {
 Value FIndent(Interpreter&, const Value& v, CallArgs& a) {
   CheckArity(a, "indent", {"width", "first", "blank"});
   const Value* w = Arg(a, 0, "width");
-  const std::string ind = (w && w->is_string()) ? w->str().str() : std::string(static_cast<size_t>(IntArg(w, 4, "width")), ' ');
+  std::string ind;
+  if (w && w->is_string()) {
+    ind = w->str().str();
+  } else {
+    const int64_t n = std::max<int64_t>(0, IntArg(w, 4, "width"));  // ' ' * n: empty when negative
+    RenderBudget::Check(static_cast<uint64_t>(n));
+    ind.assign(static_cast<size_t>(n), ' ');
+  }
   const bool first = BoolArg(Arg(a, 1, "first"), false), blank = BoolArg(Arg(a, 2, "blank"), false);
   TString s = StrOf(v);
   s.Append("\n");
@@ -701,6 +709,7 @@ Value FBatch(Interpreter&, const Value& v, CallArgs& a) {
   }
   if (!cur.empty()) {
     if (fill && !fill->is_none()) {
+      RenderBudget::Check(static_cast<uint64_t>(n - static_cast<int64_t>(cur.size())) * sizeof(Value));
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(*fill);
     }
     out.push_back(Value::MakeList(std::move(cur)));

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/text/jinja/budget.h"
 #include "common/text/jinja/builtins.h"
 
 namespace moe::text::jinja {
@@ -64,14 +65,33 @@ Int CheckedInt(long double approx, Int exact) {
   return exact;
 }
 
+// Refuses building `n` copies of `bytes` bytes past the render's work budget before any is built.
+void CheckRepeat(size_t bytes, Int n) {
+  const long double want = static_cast<long double>(bytes) * static_cast<long double>(n);
+  RenderBudget::Check(want >= 1.0e19L ? UINT64_MAX : static_cast<uint64_t>(want));
+}
+
 TString Repeat(const TString& s, Int n) {
   TString out;
-  if (n <= 0) return out;
-  if (static_cast<long double>(s.size()) * static_cast<long double>(n) > (64u << 20)) {
-    Throw("MemoryError", "string repetition too large");
-  }
+  if (n <= 0 || s.empty()) return out;  // (an empty string any number of times: no loop)
+  CheckRepeat(s.size(), n);
   for (Int i = 0; i < n; ++i) out.Append(s);
   return out;
+}
+
+// base ** exp for exp >= 0, by squaring (exp can be any integer: 1 ** 10**30 is 1).
+Int IntPow(Int base, Int exp) {
+  if (base == 0) return exp == 0 ? 1 : 0;
+  if (base == 1) return 1;
+  if (base == -1) return (exp % 2) ? -1 : 1;
+  if (std::pow(std::fabs(static_cast<long double>(base)), static_cast<long double>(exp)) > 1.0e37L) {
+    Throw("OverflowError", "integer result too large for this engine");
+  }
+  Int r = 1;
+  for (Int b = base, e = exp; e > 0; e >>= 1, b = e > 0 ? b * b : b) {
+    if (e & 1) r *= b;
+  }
+  return r;
 }
 
 // Python's slice.indices(len) semantics.
@@ -113,7 +133,24 @@ Interpreter::Interpreter(const TemplateAst& ast, RenderLimits limits,
                          std::function<std::string(const std::string&)> strftime)
     : ast_(ast), limits_(limits), strftime_(std::move(strftime)) {}
 
+void Interpreter::StepsExhausted() const {
+  Throw("TemplateRuntimeError", absl::StrCat("the template ran too long: more than ", limits_.max_steps,
+                                             " steps (limit max_steps)"));
+}
+
+void Interpreter::OutputTooLarge() const {
+  Throw("TemplateRuntimeError", absl::StrCat("the template's output is too large: more than ",
+                                             limits_.max_output_bytes, " bytes (limit max_output_bytes)"));
+}
+
+void Interpreter::TooDeep() {
+  --eval_depth_;  // (the Nest that raises is not constructed: it never decrements)
+  Throw("RecursionError", absl::StrCat("maximum recursion depth exceeded: more than ", limits_.max_eval_depth,
+                                       " nested statements, expressions and macro calls (limit max_eval_depth)"));
+}
+
 TString Interpreter::Render(const Dict& vars) {
+  RenderBudget budget(std::min<uint64_t>(limits_.max_work_bytes, UINT32_MAX));
   root_ = std::make_shared<Scope>();
   for (const auto& [k, v] : vars.items()) {
     if (!k.is_string()) continue;
@@ -150,6 +187,7 @@ Interpreter::Flow Interpreter::Exec(const Body& body, const ScopePtr& scope, TSt
 
 Interpreter::Flow Interpreter::ExecStmt(const Stmt& s, const ScopePtr& scope, TString* out) {
   Step(s.line);
+  const Nest nest(this);
   switch (s.kind) {
     case StmtKind::kData:
       out->Append(s.data);
@@ -225,6 +263,7 @@ void Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope, TString* out) {
   if (s.filter) {
     List kept;
     for (Value& item : items) {
+      Step(s.line);
       auto probe = std::make_shared<Scope>();
       probe->parent = scope;
       Assign(s.target, item, probe);
@@ -241,6 +280,7 @@ void Interpreter::ExecFor(const Stmt& s, const ScopePtr& scope, TString* out) {
   const Value loop = Value::MakeLoop(state);
   ScopePtr iter_scope;
   for (size_t i = 0; i < state->items.size(); ++i) {
+    Step(s.line);  // an iteration is a step even when its body is empty
     state->index = i;
     // Each iteration is a fresh scope (Jinja2); the last one is reused when nothing (a macro
     // defined in it) kept it.
@@ -293,7 +333,8 @@ Value Interpreter::Lookup(const std::string* sym, const ScopePtr& scope) {
 Value Interpreter::RunMacro(const Stmt& m, const ScopePtr& defined_in, CallArgs& args) {
   if (++call_depth_ > limits_.max_call_depth) {
     --call_depth_;
-    Throw("RecursionError", absl::StrCat("maximum recursion depth exceeded in macro '", m.name, "'"));
+    Throw("RecursionError", absl::StrCat("maximum recursion depth exceeded in macro '", m.name, "': more than ",
+                                         limits_.max_call_depth, " nested calls (limit max_call_depth)"));
   }
   struct Leave {
     int* d;
@@ -490,6 +531,7 @@ bool Interpreter::ApplyTest(std::string_view name, const Value& input, CallArgs&
 
 Value Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
   Step(e.line);
+  const Nest nest(this);
   switch (e.kind) {
     case ExprKind::kConst:
       return e.value;
@@ -666,10 +708,10 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     if (seq && (n->kind() == Kind::kInt || n->kind() == Kind::kBool)) {
       if (seq->is_string()) return Value::Str(Repeat(seq->str(), n->as_int()));
       List items;
-      if (static_cast<long double>(seq->list().size()) * static_cast<long double>(n->as_int()) > 1e7) {
-        Throw("MemoryError", "list repetition too large");
+      if (!seq->list().empty() && n->as_int() > 0) {
+        CheckRepeat(seq->list().size() * sizeof(Value), n->as_int());
+        for (Int i = 0; i < n->as_int(); ++i) items.insert(items.end(), seq->list().begin(), seq->list().end());
       }
-      for (Int i = 0; i < n->as_int(); ++i) items.insert(items.end(), seq->list().begin(), seq->list().end());
       return seq->kind() == Kind::kTuple ? Value::MakeTuple(std::move(items)) : Value::MakeList(std::move(items));
     }
     if (seq) Throw("TypeError", absl::StrCat("can't multiply sequence by non-int of type '", TypeName(*n), "'"));
@@ -713,14 +755,7 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
       break;
   }
   if (op == "**") {
-    if (!flt && b.as_int() >= 0) {
-      Int r = 1, base = a.as_int();
-      if (std::pow(std::fabs(static_cast<long double>(base)), static_cast<long double>(b.as_int())) > 1.0e37L) {
-        Throw("OverflowError", "integer result too large for this engine");
-      }
-      for (Int i = 0; i < b.as_int(); ++i) r *= base;
-      return Value::FromInt(r);
-    }
+    if (!flt && b.as_int() >= 0) return Value::FromInt(IntPow(a.as_int(), b.as_int()));
     return Value::Float(std::pow(a.as_float(), b.as_float()));
   }
   Unsupported(op.c_str(), a, b);

@@ -3,8 +3,10 @@
 // the innermost scope; namespaces are shared by reference), its Undefined, the sandbox's
 // attribute rules (`obj.name` is a Python attribute first -- so `d.items` is the method --
 // then a key; `obj[key]` is the other way round) and Python's operators.
-// Bounds: macro recursion depth, output size and evaluation steps are limited, so no template
-// (the model's or a fine-tune's) can exhaust the stack, the memory or the CPU of a server.
+// Bounds (RenderLimits): macro recursion depth, evaluator recursion depth, output size, steps
+// and the work budget (budget.h) are limited, so no template (the model's, a fine-tune's,
+// one given with --chat-template) can exhaust the stack, the memory or the CPU of a server,
+// whatever data it is given. Each error names the limit it hit.
 // Errors: TemplateError with the template line of the innermost statement or expression.
 // Thread safety: one Interpreter per render.
 #pragma once
@@ -20,10 +22,19 @@
 
 namespace moe::text::jinja {
 
+// Every corpus template renders every corpus conversation far inside these (the golden test
+// renders with them); tests/text/jinja_bounds_test.cc hits each one.
 struct RenderLimits {
   size_t max_output_bytes = 64u << 20;
-  int max_call_depth = 256;
+  int max_call_depth = 256;         // nested macro calls
+  // Nested statements, expressions and macro calls being evaluated at once: what bounds the
+  // native stack (400-800 bytes a level in Release: ~1.6 MB at most; the parser bounds one
+  // template's nesting, but macro recursion multiplies it).
+  int max_eval_depth = 2000;
   uint64_t max_steps = 20'000'000;  // a 200-message chat with tools takes ~10^5
+  // Bytes of text and lists built, copied or scanned (budget.h); at most 4 GiB (TString's
+  // offsets are 32-bit).
+  uint64_t max_work_bytes = 1ull << 30;
 };
 
 class Interpreter {
@@ -83,11 +94,22 @@ class Interpreter {
   Value Slice(const Value& obj, const Expr& slice, const ScopePtr& scope);
   void Step(int line) {
     line_ = line;
-    if (++steps_ > limits_.max_steps) Throw("TemplateRuntimeError", "the template ran too long (step budget exhausted)");
+    if (++steps_ > limits_.max_steps) StepsExhausted();
   }
   void CheckOutput(const TString& out) const {
-    if (out.size() > limits_.max_output_bytes) Throw("TemplateRuntimeError", "the template's output is too large");
+    if (out.size() > limits_.max_output_bytes) OutputTooLarge();
   }
+  [[noreturn]] void StepsExhausted() const;
+  [[noreturn]] void OutputTooLarge() const;
+  // Holds one level of evaluator recursion (max_eval_depth) for its lifetime.
+  struct Nest {
+    explicit Nest(Interpreter* in) : in(in) {
+      if (++in->eval_depth_ > in->limits_.max_eval_depth) in->TooDeep();
+    }
+    ~Nest() { --in->eval_depth_; }
+    Interpreter* in;
+  };
+  [[noreturn]] void TooDeep();
 
   const TemplateAst& ast_;
   RenderLimits limits_;
@@ -101,6 +123,7 @@ class Interpreter {
   int line_ = 0;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  int eval_depth_ = 0;
 };
 
 }  // namespace moe::text::jinja

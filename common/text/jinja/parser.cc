@@ -350,6 +350,9 @@ class Lexer {
 
 // ---- parser -----------------------------------------------------------------------------
 
+// Nested blocks, brackets and operator chains (`a + b + c` is as deep as its terms): bounds
+// the recursion of the parser and of every walk over the tree (the evaluator, the
+// destructors), whatever the template. The corpus nests under 30.
 constexpr int kMaxNesting = 200;
 
 class Parser {
@@ -415,12 +418,24 @@ class Parser {
     Next();
   }
 
-  struct DepthGuard {
-    explicit DepthGuard(Parser* p) : p(p) {
-      if (++p->depth_ > kMaxNesting) SyntaxError(p->Cur().line, "template nests too deeply");
+  void Deeper() {
+    if (++depth_ > kMaxNesting) {
+      SyntaxError(Cur().line, absl::StrCat("template nests too deeply: more than ", kMaxNesting,
+                                           " nested blocks, brackets and operators (limit max_nesting)"));
     }
+  }
+  struct DepthGuard {
+    explicit DepthGuard(Parser* p) : p(p) { p->Deeper(); }
     ~DepthGuard() { --p->depth_; }
     Parser* p;
+  };
+  // A left-associative chain (a.b.c, a + b + c, a | f | g) builds one level per link.
+  struct ChainGuard {
+    explicit ChainGuard(Parser* p) : p(p), saved(p->depth_) {}
+    ~ChainGuard() { p->depth_ = saved; }
+    void Link() { p->Deeper(); }
+    Parser* p;
+    int saved;
   };
 
   const std::string* Intern(std::string_view name) { return ast_->symbols.Intern(name); }
@@ -717,8 +732,10 @@ class Parser {
   }
 
   ExprPtr ParseCondExpr() {
+    ChainGuard chain(this);
     ExprPtr e = ParseOr();
     while (IsName("if")) {
+      chain.Link();
       const int line = Cur().line;
       Next();
       auto c = Node(ExprKind::kCond, line);
@@ -731,8 +748,10 @@ class Parser {
   }
 
   ExprPtr ParseOr() {
+    ChainGuard chain(this);
     ExprPtr l = ParseAnd();
     while (IsName("or")) {
+      chain.Link();
       auto e = Node(ExprKind::kOr, Cur().line);
       Next();
       e->a = std::move(l);
@@ -743,8 +762,10 @@ class Parser {
   }
 
   ExprPtr ParseAnd() {
+    ChainGuard chain(this);
     ExprPtr l = ParseNot();
     while (IsName("and")) {
+      chain.Link();
       auto e = Node(ExprKind::kAnd, Cur().line);
       Next();
       e->a = std::move(l);
@@ -813,8 +834,10 @@ class Parser {
   }
 
   ExprPtr ParseMath1() {
+    ChainGuard chain(this);
     ExprPtr l = ParseConcat();
     while (IsOp("+") || IsOp("-")) {
+      chain.Link();
       const std::string op = Cur().value;
       const int line = Cur().line;
       Next();
@@ -834,8 +857,10 @@ class Parser {
   }
 
   ExprPtr ParseMath2() {
+    ChainGuard chain(this);
     ExprPtr l = ParsePow();
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+      chain.Link();
       static const char* kOps[] = {"*", "/", "//", "%"};
       const char* op = nullptr;
       for (const char* o : kOps) {
@@ -849,8 +874,10 @@ class Parser {
   }
 
   ExprPtr ParsePow() {
+    ChainGuard chain(this);
     ExprPtr l = ParseUnary(true);
     while (IsOp("**")) {
+      chain.Link();
       const int line = Cur().line;
       Next();
       l = Binary("**", line, std::move(l), ParseUnary(true));
@@ -965,10 +992,13 @@ class Parser {
   }
 
   ExprPtr ParsePostfix(ExprPtr node) {
+    ChainGuard chain(this);
     while (true) {
       if (IsOp(".") || IsOp("[")) {
+        chain.Link();
         node = ParseSubscript(std::move(node));
       } else if (IsOp("(")) {
+        chain.Link();
         node = ParseCall(std::move(node));
       } else {
         return node;
@@ -977,12 +1007,16 @@ class Parser {
   }
 
   ExprPtr ParseFilterExpr(ExprPtr node) {
+    ChainGuard chain(this);
     while (true) {
       if (IsOp("|")) {
+        chain.Link();
         node = ParseFilter(std::move(node));
       } else if (IsName("is")) {
+        chain.Link();
         node = ParseTest(std::move(node));
       } else if (IsOp("(")) {
+        chain.Link();
         node = ParseCall(std::move(node));
       } else {
         return node;
@@ -1085,7 +1119,9 @@ class Parser {
   }
 
   ExprPtr ParseFilter(ExprPtr node, bool start_inline = false) {
+    ChainGuard chain(this);
     while (IsOp("|") || start_inline) {
+      chain.Link();
       if (!start_inline) Next();
       start_inline = false;
       const int line = Cur().line;

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/text/jinja/budget.h"
 #include "common/text/utf8.h"
 
 namespace moe::text::jinja::py {
@@ -252,6 +253,7 @@ int64_t Find(std::string_view s, std::string_view sub, int64_t start, int64_t en
 }
 
 int64_t Count(std::string_view s, std::string_view sub) {
+  RenderBudget::Charge(s.size());
   if (sub.empty()) return static_cast<int64_t>(CodePointCount(s)) + 1;
   int64_t n = 0;
   for (size_t p = s.find(sub); p != std::string_view::npos; p = s.find(sub, p + sub.size())) ++n;
@@ -341,6 +343,7 @@ TString Pad(const TString& s, int64_t width, const std::string& fill, char how) 
   const int64_t len = static_cast<int64_t>(CodePointCount(s.view()));
   if (width <= len) return s;
   const int64_t total = width - len;
+  RenderBudget::Check(static_cast<uint64_t>(total) * fill.size());
   TString out;
   auto filln = [&](int64_t n) {
     std::string f;
@@ -388,6 +391,10 @@ struct Spec {
   char type = 0;
 };
 
+// One more digit of a width or precision (-1: none yet). Saturates: a width past the work
+// budget is refused where it is used, and no digit string overflows the count.
+int64_t Digit(int64_t n, char c) { return std::min<int64_t>(std::max<int64_t>(n, 0) * 10 + (c - '0'), int64_t{1} << 40); }
+
 std::string FormatNumber(const Value& v, const Spec& sp) {
   char type = sp.type;
   if (type == 0) type = v.kind() == Kind::kFloat ? 'r' : 'd';
@@ -418,19 +425,25 @@ std::string FormatNumber(const Value& v, const Spec& sp) {
   } else if (type == 'r') {
     body = PyFloatRepr(v.as_float());
   } else {
-    char buf[512];
     const char t = (type == 'F' || type == 'f' || type == 'e' || type == 'E' || type == 'g' || type == 'G') ? type : 'f';
-    const std::string f = absl::StrCat("%.", sp.precision < 0 ? 6 : sp.precision, std::string(1, t));
-    std::snprintf(buf, sizeof(buf), f.c_str(), v.as_float());
-    body = buf;
+    // Any precision (Python prints every digit asked for), within the work budget.
+    if (sp.precision > INT32_MAX) Throw("ValueError", "precision too big");
+    const int64_t prec = sp.precision < 0 ? 6 : sp.precision;
+    RenderBudget::Charge(static_cast<uint64_t>(prec) + 320);
+    const std::string f = absl::StrCat("%.", prec, std::string(1, t));
+    const int n = std::snprintf(nullptr, 0, f.c_str(), v.as_float());
+    body.assign(static_cast<size_t>(std::max(n, 0)), '\0');
+    if (n > 0) std::snprintf(body.data(), body.size() + 1, f.c_str(), v.as_float());
   }
   if (!body.empty() && body[0] == '-') {
     neg = true;
     body.erase(0, 1);
   }
   std::string sign = neg ? "-" : sp.sign == '+' ? "+" : sp.sign == ' ' ? " " : "";
-  if (sp.zero && sp.width > 0) {
-    while (static_cast<int64_t>(sign.size() + body.size()) < sp.width) body = "0" + body;
+  if (sp.zero && sp.width > static_cast<int64_t>(sign.size() + body.size())) {
+    const int64_t zeros = sp.width - static_cast<int64_t>(sign.size() + body.size());
+    RenderBudget::Charge(static_cast<uint64_t>(zeros));
+    body.insert(0, static_cast<size_t>(zeros), '0');
   }
   return sign + body;
 }
@@ -440,6 +453,7 @@ std::string Align(const std::string& s, const Spec& sp, char default_align) {
   if (sp.width <= len) return s;
   const char a = sp.align ? sp.align : default_align;
   const int64_t pad = sp.width - len;
+  RenderBudget::Charge(static_cast<uint64_t>(pad) * sp.fill.size());
   auto rep = [&](int64_t n) {
     std::string f;
     for (int64_t i = 0; i < n; ++i) f += sp.fill;
@@ -490,11 +504,11 @@ TString Percent(const TString& fmt, const Value& args) {
       if (f[i] == '#') sp.alt = true;
       if (f[i] == '0') sp.zero = true;
     }
-    while (i < f.size() && f[i] >= '0' && f[i] <= '9') sp.width = std::max<int64_t>(sp.width, 0) * 10 + (f[i++] - '0');
+    while (i < f.size() && f[i] >= '0' && f[i] <= '9') sp.width = Digit(sp.width, f[i++]);
     if (i < f.size() && f[i] == '.') {
       sp.precision = 0;
       ++i;
-      while (i < f.size() && f[i] >= '0' && f[i] <= '9') sp.precision = sp.precision * 10 + (f[i++] - '0');
+      while (i < f.size() && f[i] >= '0' && f[i] <= '9') sp.precision = Digit(sp.precision, f[i++]);
     }
     if (i >= f.size()) Throw("ValueError", "incomplete format");
     const char t = f[i];
@@ -610,11 +624,11 @@ TString Format(const TString& fmt, const std::vector<Value>& pos, const std::vec
       sp.zero = true;
       ++k;
     }
-    while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9') sp.width = std::max<int64_t>(sp.width, 0) * 10 + (spec[k++] - '0');
+    while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9') sp.width = Digit(sp.width, spec[k++]);
     if (k < spec.size() && spec[k] == '.') {
       sp.precision = 0;
       ++k;
-      while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9') sp.precision = sp.precision * 10 + (spec[k++] - '0');
+      while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9') sp.precision = Digit(sp.precision, spec[k++]);
     }
     if (k < spec.size()) sp.type = spec[k++];
     if (k != spec.size()) Throw("ValueError", absl::StrCat("Invalid format specifier '", std::string(spec), "'"));

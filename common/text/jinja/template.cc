@@ -1,6 +1,7 @@
 #include "common/text/jinja/template.h"
 
 #include <ctime>
+#include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "common/text/jinja/parser.h"
@@ -42,6 +43,8 @@ absl::StatusOr<Template> Template::Parse(std::string_view source, std::string or
     t.ast_ = std::move(ast);
   } catch (const TemplateError& e) {
     return ToStatus(e, t.origin_);
+  } catch (const std::exception& e) {  // (the bounds keep the engine from these)
+    return absl::ResourceExhaustedError(absl::StrCat(t.origin_, ": ", e.what()));
   }
   return t;
 }
@@ -52,6 +55,8 @@ absl::StatusOr<TString> Template::Render(const Dict& vars, const RenderOptions& 
     return in.Render(vars);
   } catch (const TemplateError& e) {
     return ToStatus(e, origin_);
+  } catch (const std::exception& e) {  // (the bounds keep the engine from these: bad_alloc)
+    return absl::ResourceExhaustedError(absl::StrCat(origin_, ": ", e.what()));
   }
 }
 

@@ -14,12 +14,14 @@ void TString::AddSpan(uint32_t b, uint32_t e) {
 }
 
 void TString::Append(const TString& o) {
+  RenderBudget::Charge(o.s_.size());
   const uint32_t off = static_cast<uint32_t>(s_.size());
   s_ += o.s_;
   for (const TaintSpan& t : o.taint_) AddSpan(t.begin + off, t.end + off);
 }
 
 void TString::Append(std::string_view s, bool tainted) {
+  RenderBudget::Charge(s.size());
   const uint32_t off = static_cast<uint32_t>(s_.size());
   s_.append(s);
   if (tainted) AddSpan(off, static_cast<uint32_t>(s_.size()));
@@ -29,6 +31,7 @@ TString TString::Sub(size_t begin, size_t end) const {
   TString out;
   if (end > s_.size()) end = s_.size();
   if (begin >= end) return out;
+  RenderBudget::Charge(end - begin);
   out.s_.assign(s_, begin, end - begin);
   for (const TaintSpan& t : taint_) {
     const size_t b = std::max<size_t>(t.begin, begin), e = std::min<size_t>(t.end, end);
@@ -43,6 +46,7 @@ void TString::TaintAll() {
 }
 
 std::vector<uint32_t> CodePointOffsets(std::string_view s) {
+  RenderBudget::Charge((s.size() + 1) * sizeof(uint32_t));
   std::vector<uint32_t> out;
   out.reserve(s.size() + 1);
   for (size_t i = 0; i < s.size(); ++i) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "common/text/jinja/budget.h"
 
 namespace moe::text::jinja {
 
@@ -30,8 +31,21 @@ class TString {
  public:
   TString() = default;
   explicit TString(std::string s, bool tainted = false) : s_(std::move(s)) {
+    RenderBudget::Charge(s_.size());
     if (tainted && !s_.empty()) taint_.push_back({0, static_cast<uint32_t>(s_.size())});
   }
+  // Copies are charged to the render's work budget (budget.h); moves are free.
+  TString(const TString& o) : s_((RenderBudget::Charge(o.s_.size()), o.s_)), taint_(o.taint_) {}
+  TString(TString&&) noexcept = default;
+  TString& operator=(const TString& o) {
+    if (this != &o) {
+      RenderBudget::Charge(o.s_.size());
+      s_ = o.s_;
+      taint_ = o.taint_;
+    }
+    return *this;
+  }
+  TString& operator=(TString&&) noexcept = default;
 
   const std::string& str() const { return s_; }
   std::string_view view() const { return s_; }
@@ -63,7 +77,7 @@ class TString {
 // ---- UTF-8 code points (Python str indexes by code point) -------------------------------
 
 // Byte offset of every code point start, plus s.size() at the end (strings here are valid
-// UTF-8: the engine sanitizes what it is given).
+// UTF-8: the engine sanitizes what it is given). Charged to the render's work budget.
 std::vector<uint32_t> CodePointOffsets(std::string_view s);
 size_t CodePointCount(std::string_view s);
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/text/jinja/budget.h"
 #include "common/text/utf8.h"
 
 namespace moe::text::jinja {
@@ -209,6 +210,8 @@ struct JsonWriter {
 
   void Newline(int level) {
     if (opt.indent < 0 && !opt.indent_is_str) return;
+    // An indent of any size, at every level: checked before it is built.
+    RenderBudget::Charge(1 + static_cast<uint64_t>(level) * (opt.indent_is_str ? opt.indent_str.size() : opt.indent));
     out.push_back('\n');
     for (int i = 0; i < level; ++i) {
       if (opt.indent_is_str) {
@@ -217,6 +220,10 @@ struct JsonWriter {
         out.append(static_cast<size_t>(opt.indent), ' ');
       }
     }
+  }
+  void Sep(const std::string& sep) {  // separators can be any string the template passes
+    RenderBudget::Charge(sep.size());
+    out += sep;
   }
   bool Pretty() const { return opt.indent >= 0 || opt.indent_is_str; }
 
@@ -253,10 +260,14 @@ struct JsonWriter {
       case Kind::kFloat:
         out += JsonFloat(v.as_float());
         return;
-      case Kind::kString:
+      case Kind::kString: {
         if (v.str().any_taint()) taint = true;
+        const size_t before = out.size();
+        RenderBudget::Check(v.str().size());
         JsonString(v.str().view(), opt.ensure_ascii, &out);
+        RenderBudget::Charge(out.size() - before);
         return;
+      }
       case Kind::kList:
       case Kind::kTuple: {
         const List& items = v.list();
@@ -266,7 +277,7 @@ struct JsonWriter {
         }
         out.push_back('[');
         for (size_t i = 0; i < items.size(); ++i) {
-          if (i) out += opt.item_sep;
+          if (i) Sep(opt.item_sep);
           Newline(level + 1);
           Write(items[i], level + 1);
         }
@@ -289,11 +300,13 @@ struct JsonWriter {
         out.push_back('{');
         bool first = true;
         for (const auto* kv : items) {
-          if (!first) out += opt.item_sep;
+          if (!first) Sep(opt.item_sep);
           first = false;
           Newline(level + 1);
+          const size_t before = out.size();
           JsonString(Key(kv->first), opt.ensure_ascii, &out);
-          out += opt.key_sep;
+          RenderBudget::Charge(out.size() - before);
+          Sep(opt.key_sep);
           Write(kv->second, level + 1);
         }
         Newline(level);
@@ -378,6 +391,7 @@ Value Value::MakeList(List items) {
   int depth = 1;
   for (const Value& e : items) depth = std::max(depth, e.depth() + 1);
   CheckDepth(depth);
+  RenderBudget::Charge(items.size() * sizeof(Value));
   auto* o = new ListObj();
   o->depth = depth;
   o->items = std::move(items);
@@ -396,6 +410,7 @@ Value Value::MakeDict(Dict d) {
   int depth = 1;
   for (const auto& [k, e] : d.items()) depth = std::max(depth, std::max(k.depth(), e.depth()) + 1);
   CheckDepth(depth);
+  RenderBudget::Charge(d.size() * 2 * sizeof(Value));
   auto* o = new DictObj();
   o->depth = depth;
   o->d = std::move(d);
@@ -686,6 +701,7 @@ bool Equal(const Value& a, const Value& b) {
     case Kind::kNone:
       return true;
     case Kind::kString:
+      if (a.str().size() == b.str().size()) RenderBudget::Charge(a.str().size());
       return a.str().str() == b.str().str();
     case Kind::kList:
     case Kind::kTuple: {
@@ -757,8 +773,10 @@ List Iterate(const Value& v) {
       return {};
     case Kind::kList:
     case Kind::kTuple:
+      RenderBudget::Charge(v.list().size() * sizeof(Value));
       return v.list();
     case Kind::kDict: {
+      RenderBudget::Charge(v.dict().size() * sizeof(Value));
       List keys;
       keys.reserve(v.dict().size());
       for (const auto& kv : v.dict().items()) keys.push_back(kv.first);
@@ -767,6 +785,8 @@ List Iterate(const Value& v) {
     case Kind::kString: {
       const TString& s = v.str();
       const std::vector<uint32_t> off = CodePointOffsets(s.view());
+      // Each character becomes a string value of its own.
+      RenderBudget::Charge((off.size() - 1) * (sizeof(Value) + sizeof(StringObj)));
       List out;
       out.reserve(off.size() - 1);
       for (size_t i = 0; i + 1 < off.size(); ++i) out.push_back(Value::Str(s.Sub(off[i], off[i + 1])));
@@ -784,9 +804,11 @@ bool Contains(const Value& hay, const Value& needle) {
         if (needle.is_undefined()) needle.Fail();
         Throw("TypeError", absl::StrCat("'in <string>' requires string as left operand, not ", TypeName(needle)));
       }
+      RenderBudget::Charge(hay.str().size());
       return hay.str().view().find(needle.str().view()) != std::string_view::npos;
     case Kind::kList:
     case Kind::kTuple:
+      RenderBudget::Charge(hay.list().size() * sizeof(Value));
       for (const Value& e : hay.list()) {
         if (Equal(e, needle)) return true;
       }
@@ -805,30 +827,36 @@ bool Contains(const Value& hay, const Value& needle) {
   }
 }
 
-bool AnyTaint(const Value& v) {
+namespace {
+// Depth-bounded: a namespace can hold itself.
+bool AnyTaintAt(const Value& v, int depth) {
+  CheckDepth(depth);
   switch (v.kind()) {
     case Kind::kString:
       return v.str().any_taint();
     case Kind::kList:
     case Kind::kTuple:
       for (const Value& e : v.list()) {
-        if (AnyTaint(e)) return true;
+        if (AnyTaintAt(e, depth + 1)) return true;
       }
       return false;
     case Kind::kDict:
       for (const auto& [k, e] : v.dict().items()) {
-        if (AnyTaint(k) || AnyTaint(e)) return true;
+        if (AnyTaintAt(k, depth + 1) || AnyTaintAt(e, depth + 1)) return true;
       }
       return false;
     case Kind::kNamespace:
       for (const auto& [k, e] : v.ns().attrs.items()) {
-        if (AnyTaint(e)) return true;
+        if (AnyTaintAt(e, depth + 1)) return true;
       }
       return false;
     default:
       return false;
   }
 }
+}  // namespace
+
+bool AnyTaint(const Value& v) { return AnyTaintAt(v, 0); }
 
 TString JsonDumps(const Value& v, const JsonOptions& opt) {
   JsonWriter w{opt, {}, false};
