@@ -116,6 +116,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Build(std::vec
       jinja::RenderOptions opt;  // a tiny conversation: a template that runs away is cut short
       opt.limits.max_output_bytes = 1 << 20;
       opt.limits.max_steps = 200'000;
+      opt.limits.max_work_bytes = 16 << 20;
       auto r = t->RenderWith(n.tmpl, in, opt);
       return r.ok() && r->text.find("probe_value") != std::string::npos;
     };
