@@ -184,7 +184,7 @@ void ExpertStore::CloseSession(uint32_t index) {
   cv_.notify_all();
 }
 
-int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative) {
+int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative, double precision) {
   const auto& c = table_.header().classes[cls];
   int64_t free_slab = -1;
   std::vector<uint32_t> cands;
@@ -225,8 +225,8 @@ int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative
     heap.pop_back();
     // Admission: a hint never evicts a key hotter than what it brings; the
     // heap yields the coldest first, so the rest are hotter too.
-    if (!policy_.Admits(key, speculative, c.score,
-                        cfg_.prefetch_gate.weigh_admission ? gate_.precision() : 1.0))
+    if (precision < 0) precision = cfg_.prefetch_gate.weigh_admission ? gate_.precision() : 1.0;
+    if (!policy_.Admits(key, speculative, c.score, precision))
       return -1;
     const uint32_t old_key = table_.slab(c.slab).key.load(std::memory_order_relaxed);
     if (table_.TryEvict(c.slab)) {
@@ -240,15 +240,52 @@ int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative
   return -1;
 }
 
-std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int layer, const std::vector<int>& ids) {
+int64_t ExpertStore::AllocatePrefillLocked(uint32_t cls, uint32_t key) {
+  const auto& c = table_.header().classes[cls];
+  uint32_t held = 0;  // slabs of the class holding prefill fills
+  for (uint32_t s = c.first_slab; s < c.first_slab + c.num_slabs; ++s) {
+    const uint32_t state = CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed));
+    if (state == kSlabFree && !priv_[s].to_disable) {
+      policy_.Filled(key);
+      return s;
+    }
+    if (!priv_[s].prefill) continue;
+    ++held;
+    if (state != kSlabReady || priv_[s].claims != 0) continue;
+    const uint32_t old_key = table_.slab(s).key.load(std::memory_order_relaxed);
+    const uint32_t pk = policy_.index(KeyLayer(old_key), KeyExpert(old_key));
+    if (policy_.pinned(pk) || !table_.TryEvict(s)) continue;  // leased
+    policy_.Evicted(pk);
+    policy_.Filled(key);
+    stats_.evictions++;
+    priv_[s].prefetched = false;
+    return s;
+  }
+  // Only keys colder than this one is now...
+  int64_t s = AllocateLocked(cls, key, /*speculative=*/true, /*precision=*/0.0);
+  // ...else the coldest, while the prefill holds fewer than top_k slabs.
+  if (s < 0 && held < std::max<uint32_t>(1, cfg_.top_k)) {
+    s = AllocateLocked(cls, key, /*speculative=*/false);
+    if (s >= 0) stats_.prefill_decode_evictions++;
+  }
+  return s;
+}
+
+std::vector<absl::StatusOr<uint32_t>> ExpertStore::Fetch(uint32_t session, int layer, const std::vector<int>& ids,
+                                                         FetchUse use) {
   std::vector<absl::StatusOr<uint32_t>> out(ids.size(), absl::UnknownError("not fetched"));
-  FetchEach(session, layer, ids, [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
-    for (const auto& [i, r] : done) out[i] = r;
-  });
+  FetchEach(
+      session, layer, ids,
+      [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
+        for (const auto& [i, r] : done) out[i] = r;
+      },
+      use);
   return out;
 }
 
-void ExpertStore::FetchEach(uint32_t session, int layer, const std::vector<int>& ids, const FetchReady& ready) {
+void ExpertStore::FetchEach(uint32_t session, int layer, const std::vector<int>& ids, const FetchReady& ready,
+                            FetchUse use) {
+  const bool prefill = use == FetchUse::kPrefill;
   using Result = std::pair<size_t, absl::StatusOr<uint32_t>>;
   std::vector<Result> now;                   // results not yet reported
   std::vector<int> pending(ids.size(), -1);  // slab index we wait on
@@ -311,8 +348,12 @@ void ExpertStore::FetchEach(uint32_t session, int layer, const std::vector<int>&
     }
     stats_.requests++;
     uint32_t pk = policy_.index(layer, id);
-    policy_.Touch(pk);
-    ObserveRandomResidentLocked();
+    if (prefill) {
+      stats_.prefill_requests++;  // a scan: no access, no clock tick
+    } else {
+      policy_.Touch(pk);
+      ObserveRandomResidentLocked();
+    }
     for (;;) {
       uint32_t sp1 = table_.entry(layer, id).slab_plus1.load(std::memory_order_relaxed);
       if (sp1 != 0) {
@@ -326,11 +367,13 @@ void ExpertStore::FetchEach(uint32_t session, int layer, const std::vector<int>&
           table_.LeaseForSession(session, s);
           stats_.tier[int(TierId::kRam)].hits++;
           stats_.tier[int(TierId::kRam)].bytes += table_.slab(s).length;
+          if (!prefill) priv_[s].prefill = false;  // decode uses it: an ordinary slab now
           NoteHintUsedLocked(s);
           now.push_back({i, s});
           break;
         }
         if (state == kSlabFilling) {
+          if (!prefill) priv_[s].prefill = false;
           NoteHintUsedLocked(s);
           if (priv_[s].lookahead_fill) {
             // A prediction came true while its read is in flight: its queued
@@ -351,7 +394,7 @@ void ExpertStore::FetchEach(uint32_t session, int layer, const std::vector<int>&
           break;
         }
       }
-      int64_t s = AllocateLocked(ClassOf(loc->length), pk, false);
+      int64_t s = prefill ? AllocatePrefillLocked(ClassOf(loc->length), pk) : AllocateLocked(ClassOf(loc->length), pk, false);
       if (s >= 0) {
         ResolveReusedLocked(static_cast<uint32_t>(s));
         table_.BeginFill(static_cast<uint32_t>(s), layer, id);
@@ -360,6 +403,8 @@ void ExpertStore::FetchEach(uint32_t session, int layer, const std::vector<int>&
         priv_[s].fill = fill;
         priv_[s].claims = 1;
         priv_[s].prefetched = false;
+        priv_[s].prefill = prefill;
+        if (prefill) stats_.prefill_fills++;
         pending[i] = static_cast<int>(s);
         fills[i] = fill;
         ++left;
@@ -513,6 +558,7 @@ void ExpertStore::OnReadDone(uint32_t slab, const RecordLocation& loc, std::shar
     table_.Abort(slab);
     stats_.read_errors++;
     priv_[slab].prefetched = false;
+    priv_[slab].prefill = false;
     ResolveReusedLocked(slab);
   }
   if (priv_[slab].fill == fill && priv_[slab].prefetch_fill) {
@@ -566,6 +612,7 @@ int ExpertStore::Hint(int layer, const std::vector<int>& ids, bool lookahead) {
       priv_[s].fill = fill;
       priv_[s].claims = 0;
       priv_[s].prefetched = true;
+      priv_[s].prefill = false;
       priv_[s].prefetch_fill = true;
       priv_[s].lookahead_fill = lookahead;
       priv_[s].lookahead_unresolved = lookahead;

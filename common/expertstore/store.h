@@ -82,6 +82,13 @@ struct StoreStats {
   double prefetch_precision = 0;    // the gate's decayed look-ahead precision p
   double demand_busy = 0;           // the gate's decayed share of time fetches waited, u
   uint64_t hit_log_lost = 0;        // shm hits the policy never saw (a session's hit log lapped)
+  // Prefill fetches (FetchUse::kPrefill): experts they asked for, misses they
+  // filled, and the fills that had to evict a key of the decode set (not a
+  // free slab, not a slab a prefill filled, not a key colder than the one it
+  // brings): at most top_k slabs of a class are held that way at once.
+  uint64_t prefill_requests = 0;
+  uint64_t prefill_fills = 0;
+  uint64_t prefill_decode_evictions = 0;
   // Placement policy (policy.h): the order in use, and the learned model.
   std::string policy;                    // "learned" or "heat"
   std::vector<double> policy_weights;    // learned order: the logistic model's weights
@@ -135,9 +142,27 @@ class ExpertStore {
   // one call. It is called without the store's lock, on the calling
   // thread; FetchEach returns once every id was reported. Fetch is FetchEach
   // collected into request order (blocks until every read finished).
+  //
+  // `use` (FetchRequest.prefill): kPrefill marks a prefill pass's experts,
+  // read once per prompt chunk and not the decode working set. They are
+  // streamed without polluting it: they do not count as accesses (no heat,
+  // no clock: a 128-token chunk asks for nearly every expert of a layer,
+  // which would otherwise age and out-heat the decode set within one
+  // chunk), and a miss fills, in order, a free slab, a slab an earlier
+  // prefill filled (unleased), a slab whose key is colder than the incoming
+  // one is (admission as for speculative fills, with a prediction that the
+  // decode steps will use it of precision 0: a prompt's expert is worth only
+  // what decoding made it so far, not the recency bonus of a use now), and
+  // only while fewer than top_k slabs of its class hold prefill fills, the
+  // coldest slab; else it waits for a prefill slab to be released (a
+  // pipelined worker releases each expert once computed). A decode fetch of
+  // a key a prefill filled makes it an ordinary slab.
+  enum class FetchUse { kDecode, kPrefill };
   using FetchReady = std::function<void(std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>>)>;
-  void FetchEach(uint32_t session, int layer, const std::vector<int>& ids, const FetchReady& ready);
-  std::vector<absl::StatusOr<uint32_t>> Fetch(uint32_t session, int layer, const std::vector<int>& ids);
+  void FetchEach(uint32_t session, int layer, const std::vector<int>& ids, const FetchReady& ready,
+                 FetchUse use = FetchUse::kDecode);
+  std::vector<absl::StatusOr<uint32_t>> Fetch(uint32_t session, int layer, const std::vector<int>& ids,
+                                              FetchUse use = FetchUse::kDecode);
   // Drops a lease Fetch granted that never reached the worker (its stream
   // broke); nothing if the session was reclaimed since (its rows are zero).
   void ReleaseUndelivered(uint32_t session, uint64_t token, uint32_t slab);
@@ -182,6 +207,7 @@ class ExpertStore {
     bool lookahead_unresolved = false;  // a look-ahead fill no fetch used yet (gate precision)
     int lookahead_layer = -1, lookahead_expert = -1;  // its key
     bool to_disable = false;
+    bool prefill = false;  // filled by a prefill fetch, no decode fetch used it since
     TierId source = TierId::kDisk;
     std::shared_ptr<struct FillState> fill;
   };
@@ -206,7 +232,11 @@ class ExpertStore {
   uint32_t ClassOf(uint64_t length) const;
   // Finds a slab for key in `cls`: a free one, else evicts the coldest
   // eligible one (speculative: only if colder than key). -1 if none.
-  int64_t AllocateLocked(uint32_t cls, uint32_t key, bool speculative);
+  // `precision` >= 0 overrides how likely the speculative fill is to be
+  // used (HeatPolicy::Admits; default: certain, or the gate's precision).
+  int64_t AllocateLocked(uint32_t cls, uint32_t key, bool speculative, double precision = -1);
+  // A prefill miss's slab (the order in FetchEach's comment). -1: wait.
+  int64_t AllocatePrefillLocked(uint32_t cls, uint32_t key);
   // Hands the policy one random resident key to learn from (see HeatPolicy).
   void ObserveRandomResidentLocked();
   // Feeds the policy a session's shm hits in order (its hit log, shm_layout.h).

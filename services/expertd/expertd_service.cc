@@ -85,7 +85,8 @@ grpc::Status ExpertdService::FetchExperts(grpc::ServerContext*, const FetchReque
                       client_gone = true;
                       for (const auto& [i, r] : done)
                         if (r.ok()) store_->ReleaseUndelivered(req->session(), req->token(), *r);
-                    });
+                    },
+                    req->prefill() ? ExpertStore::FetchUse::kPrefill : ExpertStore::FetchUse::kDecode);
   if (client_gone) return grpc::Status(grpc::StatusCode::CANCELLED, "expertd: the worker left the fetch");
   return grpc::Status::OK;
 }
@@ -145,6 +146,9 @@ void FillStats(ExpertStore& store, StatsReply* rep) {
   rep->set_prefetch_gate_open(s.prefetch_gate_open);
   rep->set_prefetch_precision(s.prefetch_precision);
   rep->set_demand_busy(s.demand_busy);
+  rep->set_prefill_requests(s.prefill_requests);
+  rep->set_prefill_fills(s.prefill_fills);
+  rep->set_prefill_decode_evictions(s.prefill_decode_evictions);
   rep->set_policy(s.policy);
   for (double w : s.policy_weights) rep->add_policy_weights(w);
   rep->set_policy_horizon_tokens(s.policy_horizon_tokens);

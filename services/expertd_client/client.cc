@@ -177,7 +177,7 @@ std::vector<absl::StatusOr<Lease>> ExpertdClient::Acquire(int layer, const std::
 }
 
 void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready,
-                                uint64_t* server_wait_ns) {
+                                uint64_t* server_wait_ns, bool prefill) {
   std::vector<bool> done(ids.size(), false);
   auto deliver = [&](size_t i, absl::StatusOr<Lease> l, bool shm_hit = false) {
     done[i] = true;
@@ -215,6 +215,7 @@ void ExpertdClient::AcquireEach(int layer, const std::vector<int>& ids, const Ac
       req.set_session(c->session);
       req.set_token(c->token);
       req.set_layer(static_cast<uint32_t>(layer));
+      req.set_prefill(prefill);
       for (size_t i : miss) req.add_experts(ids[i] < 0 ? 0xffffffffu : static_cast<uint32_t>(ids[i]));
       reader = stub_->FetchExperts(&ctx, req);
     }

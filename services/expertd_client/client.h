@@ -58,9 +58,11 @@ class ExpertdClient {
   // read). Acquire collects the same into request order. `server_wait_ns`
   // (optional) adds expertd's own time making the misses resident (the last
   // reply's FetchReply.server_wait_ns of each stream).
+  // `prefill`: the ids are a prefill pass's (FetchRequest.prefill): expertd streams the misses
+  // without evicting the decode working set (ExpertStore::FetchUse::kPrefill).
   using AcquireReady = std::function<void(size_t index, absl::StatusOr<expertstore::Lease> lease, bool shm_hit)>;
   void AcquireEach(int layer, const std::vector<int>& ids, const AcquireReady& ready,
-                   uint64_t* server_wait_ns = nullptr);
+                   uint64_t* server_wait_ns = nullptr, bool prefill = false);
   std::vector<absl::StatusOr<expertstore::Lease>> Acquire(int layer, const std::vector<int>& ids,
                                                           uint64_t* server_wait_ns = nullptr);
   void Release(const expertstore::Lease& lease);

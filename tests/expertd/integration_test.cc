@@ -261,6 +261,46 @@ TEST_F(ExpertdIntegration, WorkersReconnectAfterAnExpertdRestartUnderLoad) {
   (*c)->Release(*held[1]);
 }
 
+// FetchRequest.prefill acts: a prefill pass over a whole layer (each expert
+// released once used, as the pipelined engine does) is streamed without
+// evicting the decode working set, and expertd's Stats count it.
+TEST_F(ExpertdIntegration, PrefillFetchesStreamWithoutEvictingTheDecodeSet) {
+  auto d = StartExpertd(8);
+  ASSERT_TRUE(d);
+  auto c = ExpertdClient::Connect(sock_);
+  ASSERT_TRUE(c.ok());
+  const std::vector<int> decode = {0, 1, 2, 3, 4, 5};
+  for (int k = 0; k < 10; ++k) {
+    for (auto& l : (*c)->Acquire(0, decode)) {
+      ASSERT_TRUE(l.ok()) << l.status();
+      (*c)->Release(*l);
+    }
+  }
+  std::vector<int> layer(16);
+  for (int e = 0; e < 16; ++e) layer[e] = e;
+  int ok = 0;
+  (*c)->AcquireEach(
+      1, layer,
+      [&](size_t i, absl::StatusOr<expertstore::Lease> l, bool) {
+        ASSERT_TRUE(l.ok()) << l.status();
+        EXPECT_EQ(crc32c::Extend(0, l->data, l->length), Crc(1, layer[i]));
+        (*c)->Release(*l);
+        ++ok;
+      },
+      nullptr, /*prefill=*/true);
+  EXPECT_EQ(ok, 16);
+  auto admin = ExpertdClient::ConnectAdmin(sock_);
+  ASSERT_TRUE(admin.ok());
+  auto st = (*admin)->Stats();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->prefill_requests(), 16u);
+  EXPECT_EQ(st->prefill_fills(), 16u);
+  EXPECT_EQ(st->prefill_decode_evictions(), 0u);  // 2 free slabs, recycled
+  auto heat = (*admin)->Heat();
+  ASSERT_TRUE(heat.ok()) << heat.status();
+  for (int e : decode) EXPECT_TRUE(heat->placement(e) & 1) << "decode expert " << e << " evicted";
+}
+
 TEST_F(ExpertdIntegration, InvalidIdsAndLayersAreRejected) {
   auto d = StartExpertd(8);
   ASSERT_TRUE(d);

@@ -181,6 +181,65 @@ TEST(ExpertStore, LeasedSlabsBlockEvictionUntilReleased) {
   EXPECT_TRUE(CheckRecordBytes(l.data, 0, 1, kRec));  // the still-leased one is intact
 }
 
+// A prefill pass (FetchUse::kPrefill) streams a whole layer through the
+// cache without evicting the decode working set: its experts count as no
+// access, and its misses take free slabs, then the slabs it filled itself
+// (released as each expert is computed), and of the decode set's at most
+// top_k. The same pass as decode fetches evicts the working set (the test
+// can fail).
+TEST(ExpertStore, PrefillFetchesStreamWithoutEvictingTheDecodeWorkingSet) {
+  auto m = WriteSyntheticModel(MakeTempDir("store_prefill"), 2, 8, [](int, int) { return kRec; });
+  auto run = [&](uint64_t slabs, ExpertStore::FetchUse use, StoreStats* stats) {
+    StoreConfig c;
+    c.page_cache_tier = false;
+    c.wait_ms = 2000;
+    auto st = MakeStore(m, slabs, c);
+    auto sess = st->OpenSession(getpid());
+    EXPECT_TRUE(sess.ok());
+    // The decode working set: layer 0's experts 0-3, token after token.
+    for (int k = 0; k < 20; ++k) {
+      for (auto& r : st->Fetch(sess->index, 0, {0, 1, 2, 3})) {
+        EXPECT_TRUE(r.ok()) << r.status();
+        st->table().Release(sess->index, *r);
+      }
+    }
+    // A prompt chunk routes to every expert of layer 1, each computed and released on arrival.
+    const std::vector<int> ids = {0, 1, 2, 3, 4, 5, 6, 7};
+    int ok = 0;
+    st->FetchEach(
+        sess->index, 1, ids,
+        [&](std::span<const std::pair<size_t, absl::StatusOr<uint32_t>>> done) {
+          for (const auto& [i, r] : done) {
+            ASSERT_TRUE(r.ok()) << r.status();
+            Lease l;
+            st->table().Describe(*r, &l);
+            EXPECT_TRUE(CheckRecordBytes(l.data, 1, ids[i], kRec));
+            st->table().Release(sess->index, *r);
+            ++ok;
+          }
+        },
+        use);
+    EXPECT_EQ(ok, 8);
+    *stats = st->Stats();
+    auto heat = st->Heat();
+    int kept = 0;
+    for (int e = 0; e < 4; ++e) kept += heat[e].resident ? 1 : 0;
+    return kept;
+  };
+  StoreStats s;
+  // 6 slabs: the working set and 2 free ones, which the pass recycles.
+  EXPECT_EQ(run(6, ExpertStore::FetchUse::kPrefill, &s), 4);
+  EXPECT_EQ(s.prefill_requests, 8u);
+  EXPECT_EQ(s.prefill_fills, 8u);
+  EXPECT_EQ(s.prefill_decode_evictions, 0u);
+  // 4 slabs, all the working set's: the pass takes top_k (2) of them, no more.
+  EXPECT_EQ(run(4, ExpertStore::FetchUse::kPrefill, &s), 2);
+  EXPECT_EQ(s.prefill_decode_evictions, 2u);
+  // As decode fetches, the same pass evicts the working set.
+  EXPECT_LT(run(6, ExpertStore::FetchUse::kDecode, &s), 4);
+  EXPECT_EQ(s.prefill_requests, 0u);
+}
+
 TEST(ExpertStore, CorruptRecordFailsOnlyThatRequest) {
   auto m = WriteSyntheticModel(MakeTempDir("store_corrupt"), 2, 4, [](int, int) { return kRec; }, 1);
   const auto& bad = m.recs[5].second;  // (layer 1, expert 1)
