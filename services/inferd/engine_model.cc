@@ -66,10 +66,14 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::ParseState(std::string_vi
     return absl::DataLossError(absl::StrCat(label, ": ", c.tokens().size(), " token ids for ", c.length(), " KV rows"));
   }
   c.set_pending_token(-1);
-  return std::make_unique<EngineState>(std::move(c));
+  auto out = std::make_unique<EngineState>(std::move(c));
+  if (mtp_drafts_) {  // as for a prefix copy: no hidden states for the loaded prefix
+    out->mtp.emplace(engine_->model(), out->cache.dtype(), engine_->index_q8());
+    out->mtp->MarkStale();
+  }
+  return out;
 }
 
-std::unique_ptr<SeqState> EngineModel::NewState() { return std::make_unique<EngineState>(engine_->NewCache()); }
 std::unique_ptr<SeqState> EngineModel::NewState() {
   auto s = std::make_unique<EngineState>(engine_->NewCache());
   if (mtp_drafts_) s->mtp.emplace(engine_->model(), s->cache.dtype(), engine_->index_q8());

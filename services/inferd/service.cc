@@ -229,7 +229,6 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   uint64_t prefix_cache_bytes = uint64_t{1} << 30;
   std::string prefix_cache_dir;
   uint64_t prefix_cache_disk_bytes = uint64_t{16} << 30;
-  std::string tokenizer;
   std::string tokenizer, speculative = "off";
   int64_t draft_tokens = 3;
   FlagSet flags("inferd", "Inference worker: continuous batching over one model, served over gRPC.");
