@@ -41,7 +41,9 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
   const bool use_mtp = model_->has_mtp() && (spec.mode == SpecMode::kMtp || spec.mode == SpecMode::kAuto);
   std::optional<MtpDrafter> mtp;
   if (use_mtp) mtp.emplace(*model_, cfg_.kv_dtype, index_q8_);
-  DepthChooser chooser;
+  AutoChoosers choosers;  // --speculative auto: per source acceptance and draft time
+  DepthChooser step_cost;  // forward seconds by rows fed
+  DraftSource used = DraftSource::kNone;
   std::unordered_map<int32_t, int32_t> counts;  // generated tokens (penalties)
   const int64_t bytes0 = source_->Stats().bytes_read;
   double t0 = Now();
@@ -89,25 +91,24 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
       const int64_t keep = fed_from + a.drawn;
       cache.Truncate(keep);
       if (mtp) mtp->Truncate(keep);
-      chooser.ObserveAcceptance(static_cast<int>(drafts.size()), a.accepted);
+      if (used != DraftSource::kNone) choosers.For(used).ObserveAcceptance(static_cast<int>(drafts.size()), a.accepted);
     }
     if (!prefill_token) r.spec.Record(static_cast<int>(drafts.size()), a.accepted, a.drawn);
     prefill_token = false;
     if (done) break;
-    const double step0 = Now();
     // Drafts: at most what the remaining tokens can use (a verify of k drafts yields up to k + 1).
     const int room = static_cast<int>(std::min<int64_t>(spec.draft_tokens, max_tokens - r.tokens.size() - 1));
-    const int k = spec.mode == SpecMode::kAuto ? chooser.Choose(room, 0) : room;
     const int32_t next = r.tokens.back();
     MtpDraftFn mtp_fn;
     if (mtp) {
       mtp_fn = [&](int kk) { return mtp->Draft(std::span<const int32_t>(history).first(history.size() - 1), next, kk); };
     }
-    MOE_ASSIGN_OR_RETURN(drafts, ProposeDrafts(spec.mode, k, history, mtp_fn));
+    MOE_ASSIGN_OR_RETURN(drafts, ProposeDrafts(spec.mode, room, history, mtp_fn, choosers, step_cost, 0, &used));
     std::vector<int32_t> feed{next};
     feed.insert(feed.end(), drafts.begin(), drafts.end());
+    const double step0 = Now();
     MOE_ASSIGN_OR_RETURN(f, forward(feed, !drafts.empty()));
-    chooser.ObserveStep(static_cast<int64_t>(feed.size()), Now() - step0);
+    step_cost.ObserveStep(static_cast<int64_t>(feed.size()), Now() - step0);
   }
   cache.set_pending_token(r.tokens.empty() || r.stopped_at_eos ? -1 : r.tokens.back());
   r.decode_seconds = Now() - t0;

@@ -1,6 +1,7 @@
 #include "common/sampling/spec.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/sampling/spec_ngram.h"
@@ -78,12 +79,35 @@ Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int
   return a;
 }
 
-absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int k, std::span<const int32_t> history,
-                                                   const MtpDraftFn& mtp) {
-  if (k < 1 || mode == SpecMode::kOff) return std::vector<int32_t>{};
-  if (mode == SpecMode::kMtp) return mtp ? mtp(k) : std::vector<int32_t>{};
-  std::vector<int32_t> d = NgramDraft(history, k);
-  if (mode == SpecMode::kAuto && d.empty() && mtp) return mtp(k);
+absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
+                                                   const MtpDraftFn& mtp, AutoChoosers& choosers,
+                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used) {
+  *used = DraftSource::kNone;
+  if (room < 1 || mode == SpecMode::kOff) return std::vector<int32_t>{};
+  auto run_mtp = [&](int k) -> absl::StatusOr<std::vector<int32_t>> {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto d = mtp(k);
+    if (d.ok() && !d->empty()) {
+      *used = DraftSource::kMtp;
+      choosers.mtp.ObserveDraft(static_cast<int>(d->size()),
+                                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return d;
+  };
+  if (mode == SpecMode::kMtp) return mtp ? run_mtp(room) : std::vector<int32_t>{};
+  std::vector<int32_t> d = NgramDraft(history, room);
+  if (mode == SpecMode::kNgram) {
+    if (!d.empty()) *used = DraftSource::kNgram;
+    return d;
+  }
+  // auto
+  const DepthChooser::Pick ng =
+      d.empty() ? DepthChooser::Pick{} : choosers.ngram.Best(static_cast<int>(d.size()), base_rows, &costs);
+  const DepthChooser::Pick mt = mtp ? choosers.mtp.Best(room, base_rows, &costs) : DepthChooser::Pick{};
+  if (mt.k > 0 && mt.gain > ng.gain) return run_mtp(mt.k);
+  if (ng.k == 0) return std::vector<int32_t>{};
+  d.resize(ng.k);
+  *used = DraftSource::kNgram;
   return d;
 }
 
@@ -118,23 +142,32 @@ double DepthChooser::Cost(int64_t rows) const {
   for (int64_t r = std::min<int64_t>(rows, static_cast<int64_t>(seconds_by_rows_.size()) - 1); r >= 1; --r) {
     if (seconds_by_rows_[r] > 0) return seconds_by_rows_[r] * (1.0 + 0.1 * static_cast<double>(rows - r));
   }
-  return 1.0 + 0.1 * static_cast<double>(rows - 1);
+  return -1;  // nothing at or below `rows` measured
 }
 
-int DepthChooser::Choose(int max_k, int64_t base_rows, const DepthChooser* costs) const {
+void DepthChooser::ObserveDraft(int drafted, double seconds) {
+  if (drafted < 1 || seconds < 0) return;
+  const double per = seconds / drafted;
+  draft_seconds_ = draft_seconds_ == 0 ? per : 0.8 * draft_seconds_ + 0.2 * per;
+}
+
+DepthChooser::Pick DepthChooser::Best(int max_k, int64_t base_rows, const DepthChooser* costs) const {
   const DepthChooser& cc = costs ? *costs : *this;
-  const double t0 = cc.Cost(base_rows + 1);
-  int best = 0;
-  double best_rate = 1.0 / t0, expect = 1.0, chain = 1.0;
+  Pick best;
+  // A plain step of this size was never measured: take one (the reference every depth is weighed against).
+  if (cc.Cost(base_rows + 1) <= 0) return best;
+  const double rate0 = 1.0 / cc.Cost(base_rows + 1);
+  double best_rate = rate0, expect = 1.0, chain = 1.0;
   for (int k = 1; k <= max_k; ++k) {
     chain *= Acceptance(k - 1);
     expect += chain;
-    const double rate = expect / cc.Cost(base_rows + 1 + k);
+    const double rate = expect / (cc.Cost(base_rows + 1 + k) + draft_seconds_ * k);
     if (rate > best_rate * 1.02) {  // 2% margin: a depth must clearly pay
       best_rate = rate;
-      best = k;
+      best.k = k;
     }
   }
+  best.gain = best_rate / rate0;
   return best;
 }
 

@@ -60,36 +60,59 @@ struct Acceptance {
 // order until one differs from its draft or the sequence ends.
 Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int32_t(int row)>& draw);
 
-// The drafts of one step: `history` = every token of the sequence so far
-// (prompt, output, and the token about to be fed last); mtp(k) = up to k MTP
-// drafts (null: the sequence has none). ngram: prompt lookup; mtp: the MTP
-// layer; auto: prompt lookup when the history has a match (free), else MTP.
-// k = 0 (or mode off): none.
-using MtpDraftFn = std::function<absl::StatusOr<std::vector<int32_t>>(int k)>;
-absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int k, std::span<const int32_t> history,
-                                                   const MtpDraftFn& mtp);
 
 // --speculative auto's depth: per draft position the acceptance rate
 // (accepted / drafted, with a prior of 1 accepted in 2), and the measured
 // cost of a step by the rows it feeds (seconds, exponential moving average).
 // Choose(max_k, base_rows) returns the k in 0..max_k that maximizes expected
 // tokens per second: (1 + sum_j prod_{i<=j} a_i) / T(base_rows + k + 1) * T(base_rows + 1);
-// 0 unless a draft is expected to pay. Depths never measured are tried once
-// (their cost assumed 10% per extra row), so a depth whose verify reads many
-// uncached experts is measured and then avoided. `costs`: another chooser
+// 0 unless a draft is expected to pay, and 0 until a plain step of that size
+// was measured. Depths never measured are tried once (their cost assumed 10%
+// per extra row over the nearest measured smaller step), so a depth whose
+// verify reads many uncached experts (or, compute-bound, costs a row each) is
+// measured and then avoided. `costs`: another chooser
 // whose step costs to use (inferd: the worker's, measured over whole steps;
 // each sequence keeps its own acceptance); null = this one's.
+// The drafter's own time counts too (ObserveDraft: seconds per draft token,
+// the MTP layer's forwards; prompt lookup costs nothing).
 class DepthChooser {
  public:
   void ObserveAcceptance(int drafted, int accepted);
   void ObserveStep(int64_t rows, double seconds);
-  int Choose(int max_k, int64_t base_rows, const DepthChooser* costs = nullptr) const;
+  void ObserveDraft(int drafted, double seconds);
+  struct Pick {
+    int k = 0;
+    double gain = 1.0;  // expected tokens per second over a plain step's
+  };
+  Pick Best(int max_k, int64_t base_rows, const DepthChooser* costs = nullptr) const;
+  int Choose(int max_k, int64_t base_rows, const DepthChooser* costs = nullptr) const {
+    return Best(max_k, base_rows, costs).k;
+  }
   double Acceptance(int position) const;
 
  private:
   double Cost(int64_t rows) const;
   std::vector<int64_t> drafted_at_, accepted_at_;
   std::vector<double> seconds_by_rows_;  // 0: not measured
+  double draft_seconds_ = 0;             // per draft token (EMA)
 };
+
+// The drafts of one step: `history` = every token of the sequence so far
+// (prompt, output, and the token about to be fed last); mtp(k) = up to k MTP
+// drafts (null: the sequence has none). ngram: prompt lookup; mtp: the MTP
+// layer, `room` drafts each. auto: the source and depth with the best expected
+// gain from the sequence's own choosers (per source: acceptance per position,
+// the MTP layer's time per draft) and `costs` (verify steps by rows fed;
+// base_rows: rows already in the step), none unless it pays; *used says which
+// source drafted (credit its chooser with the verify's acceptance).
+using MtpDraftFn = std::function<absl::StatusOr<std::vector<int32_t>>(int k)>;
+enum class DraftSource { kNone, kNgram, kMtp };
+struct AutoChoosers {
+  DepthChooser ngram, mtp;
+  DepthChooser& For(DraftSource s) { return s == DraftSource::kMtp ? mtp : ngram; }
+};
+absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
+                                                   const MtpDraftFn& mtp, AutoChoosers& choosers,
+                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used);
 
 }  // namespace moe

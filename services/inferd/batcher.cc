@@ -317,7 +317,9 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
         const int64_t keep = fed_from + a.drawn;
         if (absl::Status t = model_->Truncate(*s.state, keep); !t.ok() && c.error.ok()) c.error = t;
         s.fed.resize(keep);
-        s.depth.ObserveAcceptance(static_cast<int>(s.drafts.size()), a.accepted);
+        if (s.used != DraftSource::kNone) {
+          s.choosers.For(s.used).ObserveAcceptance(static_cast<int>(s.drafts.size()), a.accepted);
+        }
       }
       if (step.in[e.index].prefill_remaining == 0) {
         s.spec.Record(static_cast<int>(s.drafts.size()), a.accepted, static_cast<int>(c.out.tokens.size()));

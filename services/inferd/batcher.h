@@ -165,7 +165,8 @@ class Batcher {
     uint64_t seed = 0;     // output token i draws from KeyedRng(seed, i)
     std::vector<int32_t> drafts;  // fed after `pending` in the current step
     SpecStats spec;
-    DepthChooser depth;  // --speculative auto: this sequence's acceptance
+    AutoChoosers choosers;  // --speculative auto: this sequence's acceptance per source, MTP draft time
+    DraftSource used = DraftSource::kNone;  // who drafted this step's drafts
     bool cancel = false;
     int64_t steps_after_cancel = 0;
     int64_t kv_reserved = 0;  // bytes of the model's KV budget held for it

@@ -10,6 +10,7 @@ namespace moe::inferd {
 
 std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows) {
   const SpecOptions& o = config_.spec;
+  s.used = DraftSource::kNone;
   if (o.mode == SpecMode::kOff || !model_->can_rollback()) return {};
   // A verify of k drafts yields up to k + 1 tokens and feeds positions up to length + k.
   const int64_t left = static_cast<int64_t>(s.req.max_tokens) - static_cast<int64_t>(s.generated.size()) - 1;
@@ -28,15 +29,13 @@ std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows) {
     tc.Rollback(static_cast<int>(d.size()));
     if (!d.empty()) return d;
   }
-  const int k = o.mode == SpecMode::kAuto ? s.depth.Choose(room, base_rows - 1, &step_cost_) : room;
-  if (k < 1) return {};
   std::vector<int32_t> history = s.fed;
   history.push_back(s.pending);
   MtpDraftFn mtp;
   if (model_->has_mtp_drafts()) {
     mtp = [&](int kk) { return model_->DraftMtp(*s.state, s.fed, s.pending, kk); };
   }
-  auto got = ProposeDrafts(o.mode, k, history, mtp);
+  auto got = ProposeDrafts(o.mode, room, history, mtp, s.choosers, step_cost_, base_rows - 1, &s.used);
   if (!got.ok()) {
     // A failed draft costs the sequence its drafts for this step, never its output.
     MOE_LOG(WARNING) << "drafts for " << s.req.id << ": " << got.status();

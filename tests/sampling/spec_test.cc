@@ -103,9 +103,15 @@ TEST(DepthChooser, DraftsWhenAcceptedAndCheapNeverWhenCostly) {
   costly.ObserveStep(1, 1.0);
   for (int64_t rows = 2; rows <= 5; ++rows) costly.ObserveStep(rows, 3.0 * rows);
   EXPECT_EQ(costly.Choose(4, 0), 0);
-  // Unmeasured depths are tried (optimistic cost).
+  // Nothing measured: a plain step first; then unmeasured depths are tried (optimistic cost).
   DepthChooser fresh;
+  EXPECT_EQ(fresh.Choose(2, 0), 0);
+  fresh.ObserveStep(1, 1.0);
   EXPECT_GT(fresh.Choose(2, 0), 0);
+  // A verify that costs a row each (compute-bound) at 30% acceptance: off once measured.
+  for (int i = 0; i < 20; ++i) fresh.ObserveAcceptance(2, i % 3 == 0 ? 1 : 0);
+  for (int64_t rows = 2; rows <= 3; ++rows) fresh.ObserveStep(rows, static_cast<double>(rows));
+  EXPECT_EQ(fresh.Choose(2, 0), 0);
 }
 
 TEST(KeyedRng, DependsOnSeedAndIndexOnly) {
@@ -123,14 +129,41 @@ TEST(ProposeDrafts, ModesPickTheirSource) {
     ++mtp_calls;
     return std::vector<int32_t>(k, 42);
   };
-  EXPECT_EQ(*ProposeDrafts(SpecMode::kNgram, 2, h, mtp), (std::vector<int32_t>{3, 1}));
-  EXPECT_EQ(*ProposeDrafts(SpecMode::kMtp, 2, h, mtp), (std::vector<int32_t>{42, 42}));
-  EXPECT_EQ(*ProposeDrafts(SpecMode::kAuto, 2, h, mtp), (std::vector<int32_t>{3, 1}));  // lookup hit: free
-  EXPECT_EQ(*ProposeDrafts(SpecMode::kAuto, 2, std::vector<int32_t>{1, 2}, mtp), (std::vector<int32_t>{42, 42}));
-  EXPECT_TRUE(ProposeDrafts(SpecMode::kOff, 2, h, mtp)->empty());
-  EXPECT_TRUE(ProposeDrafts(SpecMode::kMtp, 0, h, mtp)->empty());
-  EXPECT_TRUE(ProposeDrafts(SpecMode::kMtp, 2, h, nullptr)->empty());
-  EXPECT_EQ(mtp_calls, 2);
+  AutoChoosers ch;
+  DepthChooser costs;
+  DraftSource used;
+  auto propose = [&](SpecMode m, int room, const std::vector<int32_t>& hist, const MtpDraftFn& fn) {
+    return *ProposeDrafts(m, room, hist, fn, ch, costs, 0, &used);
+  };
+  EXPECT_EQ(propose(SpecMode::kNgram, 2, h, mtp), (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(used, DraftSource::kNgram);
+  EXPECT_EQ(propose(SpecMode::kMtp, 2, h, mtp), (std::vector<int32_t>{42, 42}));
+  EXPECT_EQ(used, DraftSource::kMtp);
+  EXPECT_TRUE(propose(SpecMode::kOff, 2, h, mtp).empty());
+  EXPECT_EQ(used, DraftSource::kNone);
+  EXPECT_TRUE(propose(SpecMode::kMtp, 0, h, mtp).empty());
+  EXPECT_TRUE(propose(SpecMode::kMtp, 2, h, nullptr).empty());
+  EXPECT_EQ(mtp_calls, 1);
+  // auto: a source whose drafts were never accepted is dropped for the one that pays; none if neither.
+  for (int64_t rows = 1; rows <= 3; ++rows) costs.ObserveStep(rows, 1.0 + 0.05 * (rows - 1));
+  for (int i = 0; i < 40; ++i) {
+    ch.ngram.ObserveAcceptance(2, 0);
+    ch.mtp.ObserveAcceptance(2, 2);
+  }
+  EXPECT_EQ(propose(SpecMode::kAuto, 2, h, mtp), (std::vector<int32_t>{42, 42}));
+  EXPECT_EQ(used, DraftSource::kMtp);
+  for (int i = 0; i < 2000; ++i) ch.mtp.ObserveAcceptance(2, 0);  // 2% accepted
+  EXPECT_TRUE(propose(SpecMode::kAuto, 2, h, mtp).empty());
+  EXPECT_EQ(used, DraftSource::kNone);
+  // A lookup that is accepted is preferred to an MTP layer that costs its own time.
+  AutoChoosers good;
+  for (int i = 0; i < 40; ++i) {
+    good.ngram.ObserveAcceptance(2, 2);
+    good.mtp.ObserveAcceptance(2, 2);
+  }
+  good.mtp.ObserveDraft(2, 1.0);  // a second per draft: never pays
+  EXPECT_EQ(*ProposeDrafts(SpecMode::kAuto, 2, h, mtp, good, costs, 0, &used), (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(used, DraftSource::kNgram);
 }
 
 }  // namespace
