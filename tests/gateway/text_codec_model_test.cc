@@ -4,6 +4,8 @@
 // streaming reasoning/tool-call parsing into the OpenAI shape, stop ids, and token bytes.
 #include "services/gateway/text_codec_model.h"
 
+#include "services/gateway/api_error.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -175,6 +177,39 @@ TEST(GatewayModelCodec, TemplateKwargsAreValidated) {
   auto pe = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]})", l, &r);
   ASSERT_TRUE(pe);
   EXPECT_EQ(pe->param, "chat_template_kwargs");
+}
+
+// A template that raises (a --chat-template override here) is the client's 400 naming the
+// template's line and message, as is a template that exceeds the engine's bounds; never a 500.
+TEST(GatewayModelCodec, TemplateRaiseIsA400NamingTheLine) {
+  char dir[] = "/tmp/moe_codec_tpl_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/override.jinja";
+  std::ofstream(file) << "{% for m in messages %}\n{% if m.role == 'system' %}\n"
+                         "{{ raise_exception('system messages are not supported') }}\n{% endif %}{{ m.content }}"
+                         "{% endfor %}{% if deep is defined %}{{ 1" + std::string(3000, '+') + "1 }}{% endif %}";
+  auto c = ModelTextCodec::Load(std::string(MOE_SOURCE_DIR) + "/tests/data/text/glm_tiny", file);
+  // Parsing fails on the chain: 3000 unary pluses nest past the parser's bound.
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("override.jinja line 4: TemplateSyntaxError: template nests too deeply"),
+            std::string::npos)
+      << c.status();
+  std::ofstream(file) << "{% for m in messages %}\n{% if m.role == 'system' %}\n"
+                         "{{ raise_exception('system messages are not supported') }}\n{% endif %}{{ m.content }}"
+                         "{% endfor %}";
+  c = ModelTextCodec::Load(std::string(MOE_SOURCE_DIR) + "/tests/data/text/glm_tiny", file);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto ok = (*c)->EncodeChat(Parse(R"({"model":"m","messages":[{"role":"user","content":"x"}]})"));
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  auto e = (*c)->EncodeChat(Parse(R"({"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"x"}]})"));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message()).find("override.jinja line 3: system messages are not supported"),
+            std::string::npos)
+      << e.status();
+  const ApiError api = FromStatus(e.status());
+  EXPECT_EQ(api.http_status, 400);
+  EXPECT_EQ(api.type, "invalid_request_error");
 }
 
 // Issue 20's property through the gateway: role markers typed by the user are text.
