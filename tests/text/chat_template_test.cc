@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -143,6 +144,32 @@ TEST(ChatTemplateRender, NullKeysDroppedAndReasoningAliasedAsTransformers) {
   EXPECT_EQ(r->text,
             "[{\"thinking\": \"r1\", \"role\": \"assistant\", \"reasoning\": \"r1\", \"reasoning_content\": \"r1\"}|False]"
             "[{\"thinking\": \"t\", \"role\": \"assistant\", \"content\": \"c\", \"reasoning_content\": \"rc\"}|True]");
+}
+
+std::string LocalDate() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  return std::string(buf, std::strftime(buf, sizeof(buf), "%Y-%m-%d %A", &tm));
+}
+
+// strftime_now formats the local time now (transformers: datetime.now().strftime), unless the
+// caller pins it (the goldens do); its text is the server's, not the client's.
+TEST(ChatTemplateRender, StrftimeNowIsTheLocalTimeUnlessPinned) {
+  auto t = ChatTemplate::FromSource("{{ strftime_now('%Y-%m-%d %A') }}", "t", {});
+  ASSERT_TRUE(t.ok());
+  const std::string before = LocalDate();
+  auto r = (*t)->Render(User("x"));
+  const std::string after = LocalDate();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->text == before || r->text == after) << r->text << " vs " << before;
+  EXPECT_TRUE(r->client_spans.empty());
+  jinja::RenderOptions opt;
+  opt.strftime = [](const std::string& fmt) { return "[" + fmt + "]"; };
+  r = (*t)->Render(User("x"), opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, "[%Y-%m-%d %A]");
 }
 
 TEST(ChatTemplateRender, ClientSpansCoverRequestTextOnly) {
