@@ -125,6 +125,16 @@ TEST_F(JinjaBounds, DeepBodiesInRecursiveMacrosAreBoundedByEvalDepth) {
   EXPECT_HAS(err, "(limit max_eval_depth)");
 }
 
+TEST_F(JinjaBounds, DeepExpressionsInRecursiveMacrosAreBounded) {
+  // 120 nested evaluations a call: under ASan an Eval frame is several KB, and 2000 of them
+  // overflowed an 8 MB stack before max_eval_depth (found by fuzz_chat_template); there
+  // max_stack_bytes stops it.
+  std::string e = "f(n + 1)";
+  for (int i = 0; i < 60; ++i) e = "[" + e + "]|first";
+  const std::string err = RenderError("{% macro f(n) %}{{ " + e + " }}{% endmacro %}{{ f(0) }}");
+  EXPECT_HAS(err, "RecursionError: maximum recursion depth exceeded");
+}
+
 TEST_F(JinjaBounds, DeepValuesAreBounded) {
   // Built by the template: a list nested 100,000 deep would be walked and destroyed
   // recursively.
@@ -263,6 +273,9 @@ TEST_F(JinjaBounds, LimitsAreTheCallersToSet) {
   opt = {};
   opt.limits.max_eval_depth = 50;
   EXPECT_HAS(RenderError("{{ 0" + Repeat(" + 1", 100) + " }}", opt), "more than 50 nested");
+  opt = {};
+  opt.limits.max_stack_bytes = 32 << 10;  // the backstop for builds with larger frames
+  EXPECT_HAS(RenderError("{{ 0" + Repeat(" + 1", 150) + " }}", opt), "bytes of native stack (limit max_stack_bytes)");
   opt = {};
   opt.limits.max_call_depth = 3;
   EXPECT_HAS(RenderError("{% macro f(n) %}{{ f(n - 1) if n else 'done' }}{% endmacro %}{{ f(5) }}", opt),

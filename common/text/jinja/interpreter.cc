@@ -1,5 +1,8 @@
 #include "common/text/jinja/interpreter.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -145,12 +148,34 @@ void Interpreter::OutputTooLarge() const {
 
 void Interpreter::TooDeep() {
   --eval_depth_;  // (the Nest that raises is not constructed: it never decrements)
+  if (eval_depth_ < limits_.max_eval_depth) {
+    Throw("RecursionError", absl::StrCat("maximum recursion depth exceeded: the render used more than ",
+                                         limits_.max_stack_bytes, " bytes of native stack (limit max_stack_bytes)"));
+  }
   Throw("RecursionError", absl::StrCat("maximum recursion depth exceeded: more than ", limits_.max_eval_depth,
                                        " nested statements, expressions and macro calls (limit max_eval_depth)"));
 }
 
+// The lowest frame address a render starting here may reach: max_stack_bytes below the
+// current frame, and never within 1 MiB of the end of this thread's stack.
+static uintptr_t StackFloor(size_t max_bytes) {
+  const uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t floor = here > max_bytes ? here - max_bytes : 0;
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* low = nullptr;
+    size_t size = 0;
+    if (pthread_attr_getstack(&attr, &low, &size) == 0 && low) {
+      floor = std::max(floor, reinterpret_cast<uintptr_t>(low) + (1u << 20));
+    }
+    pthread_attr_destroy(&attr);
+  }
+  return floor;
+}
+
 TString Interpreter::Render(const Dict& vars) {
   RenderBudget budget(std::min<uint64_t>(limits_.max_work_bytes, UINT32_MAX));
+  stack_floor_ = StackFloor(limits_.max_stack_bytes);
   root_ = std::make_shared<Scope>();
   for (const auto& [k, v] : vars.items()) {
     if (!k.is_string()) continue;

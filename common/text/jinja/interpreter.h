@@ -31,6 +31,10 @@ struct RenderLimits {
   // native stack (400-800 bytes a level in Release: ~1.6 MB at most; the parser bounds one
   // template's nesting, but macro recursion multiplies it).
   int max_eval_depth = 2000;
+  // Native stack the render may use below where it starts (and never past its thread's stack
+  // less 1 MiB): the backstop where frames are larger than in Release (sanitizer builds, where
+  // 2000 levels of Eval need more than 8 MB). Release reaches max_eval_depth first.
+  size_t max_stack_bytes = 4u << 20;
   uint64_t max_steps = 20'000'000;  // a 200-message chat with tools takes ~10^5
   // Bytes of text and lists built, copied or scanned (budget.h); at most 4 GiB (TString's
   // offsets are 32-bit).
@@ -104,7 +108,10 @@ class Interpreter {
   // Holds one level of evaluator recursion (max_eval_depth) for its lifetime.
   struct Nest {
     explicit Nest(Interpreter* in) : in(in) {
-      if (++in->eval_depth_ > in->limits_.max_eval_depth) in->TooDeep();
+      if (++in->eval_depth_ > in->limits_.max_eval_depth ||
+          reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) < in->stack_floor_) {
+        in->TooDeep();
+      }
     }
     ~Nest() { --in->eval_depth_; }
     Interpreter* in;
@@ -124,6 +131,7 @@ class Interpreter {
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   int eval_depth_ = 0;
+  uintptr_t stack_floor_ = 0;  // Nest raises below this address (stacks grow down here)
 };
 
 }  // namespace moe::text::jinja
