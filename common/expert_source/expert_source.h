@@ -30,6 +30,11 @@
 //    index, in arrival order; the order must not change any result (callers
 //    combine by index). GetEach returns the first error (of a Get or of
 //    `ready`); leases after it are released unused. Default: Get in order.
+//    `use` says who asks: kPrefill marks experts only a prefill pass needs
+//    (most are used once per prompt): a source streams them without
+//    evicting the decode working set (expertd: FetchRequest.prefill; the
+//    in-process LRU: misses enter at its cold end, hits are not refreshed).
+//    It never changes the bytes returned.
 //  * Hint(keys) announces experts likely needed soon (e.g. the next layer's
 //    predicted routing). It never blocks on I/O, never fails, never changes
 //    any result, and may be ignored entirely. A hinted expert that is never
@@ -75,6 +80,9 @@ struct ExpertWeights {
 
   int64_t Bytes() const { return gate.Bytes() + up.Bytes() + down.Bytes(); }
 };
+
+// Who a fetch is for (GetEach's `use`).
+enum class FetchUse { kDecode, kPrefill };
 
 struct ExpertKey {
   int32_t layer = 0;   // decoder layer index (the MTP layer is num_hidden_layers)
@@ -140,7 +148,8 @@ class ExpertSource {
 
   virtual ~ExpertSource() = default;
   virtual absl::StatusOr<ExpertLease> Get(int layer, int expert) = 0;
-  virtual absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready) {
+  virtual absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready, FetchUse use) {
+    (void)use;
     for (size_t i = 0; i < experts.size(); ++i) {
       absl::StatusOr<ExpertLease> l = Get(layer, experts[i]);
       if (!l.ok()) return l.status();

@@ -55,7 +55,9 @@ std::string ServingPlan::ToText() const {
                   expert_record_bytes > 0 ? expert_cache_bytes / expert_record_bytes : 0, " of ", expert_records,
                   " experts (", Gb(expert_record_bytes), " each; minimum ", Gb(expert_cache_min_bytes),
                   "); hit rate ", absl::SixDigits(hit_rate), " (", hit_rate_source, ")\n");
-  absl::StrAppend(&s, "overheads + reserve: ", Gb(overhead_bytes), "; total placed ", Gb(TotalBytes()), "\n");
+  absl::StrAppend(&s, "overheads + reserve: ", Gb(overhead_bytes), " (prefill pass ", Gb(prefill_pass_bytes),
+                  " per worker = ", prefill_pass_rows, " prompt rows at ", prefill_row_bytes, " B); total placed ",
+                  Gb(TotalBytes()), "\n");
   absl::StrAppend(&s, "per token: RAM ", Gb(ram_bytes_per_token), " (KV ", Gb(kv_read_bytes_per_token),
                   ", cached experts ", Gb(expert_ram_bytes_per_token), "), disk ", Gb(disk_bytes_per_token), "\n");
   absl::StrAppend(&s, "bandwidth", bandwidth_measured ? " (measured now)" : "", ": memory ", absl::SixDigits(mem_gbps),
@@ -86,6 +88,8 @@ std::string ServingPlan::ToJson() const {
                               {"record_bytes", expert_record_bytes}, {"records", expert_records},
                               {"hit_rate", hit_rate}, {"hit_rate_source", hit_rate_source}}},
             {"overhead_bytes", overhead_bytes},
+            {"prefill", {{"pass_bytes", prefill_pass_bytes}, {"row_bytes", prefill_row_bytes},
+                         {"pass_rows", prefill_pass_rows}}},
             {"total_bytes", TotalBytes()},
             {"per_token", {{"ram_bytes", ram_bytes_per_token}, {"kv_read_bytes", kv_read_bytes_per_token},
                            {"expert_ram_bytes", expert_ram_bytes_per_token}, {"disk_bytes", disk_bytes_per_token}}},
@@ -145,6 +149,12 @@ absl::StatusOr<ServingPlan> ParseServingPlan(const std::string& text, const std:
     p.hit_rate = ec.at("hit_rate").get<double>();
     p.hit_rate_source = ec.at("hit_rate_source").get<std::string>();
     p.overhead_bytes = j.at("overhead_bytes").get<int64_t>();
+    if (j.contains("prefill")) {
+      const json& pf = j.at("prefill");
+      p.prefill_pass_bytes = pf.at("pass_bytes").get<int64_t>();
+      p.prefill_row_bytes = pf.at("row_bytes").get<int64_t>();
+      p.prefill_pass_rows = pf.at("pass_rows").get<int64_t>();
+    }
     const json& pt = j.at("per_token");
     p.ram_bytes_per_token = pt.at("ram_bytes").get<int64_t>();
     p.kv_read_bytes_per_token = pt.at("kv_read_bytes").get<int64_t>();

@@ -57,7 +57,11 @@ struct ServingPlan {
   double hit_rate = 0;
   std::string hit_rate_source;  // "uniform" or the popularity source
   // Overheads.
-  int64_t overhead_bytes = 0;  // processes + reserve
+  int64_t overhead_bytes = 0;  // processes + reserve + every worker's prefill pass
+  // Planned prefill (docs/SERVING.md): per worker, the activation bytes of
+  // one layer-major pass, one prompt row's share, and the rows that fit
+  // (inferd's pass size). 0 in plans written before it existed.
+  int64_t prefill_pass_bytes = 0, prefill_row_bytes = 0, prefill_pass_rows = 0;
   // Per decode token at batch 1, at the planned context.
   int64_t ram_bytes_per_token = 0;   // resident + KV + cached experts
   int64_t kv_read_bytes_per_token = 0;

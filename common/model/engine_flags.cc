@@ -59,6 +59,7 @@ absl::StatusOr<FittedPlan> EngineFlags::ResolvePlan(int64_t kv_tokens, EngineCon
   MOE_ASSIGN_OR_RETURN(out.plan, Engine::Plan(model, cfg));
   out.context = p.context;
   out.kv_budget_bytes = p.context * p.kv_bytes_per_token;
+  out.prefill_pass_bytes = p.prefill_pass_bytes;
   out.kv_bytes = out.kv_budget_bytes;
   out.plan.expert_cache_bytes = p.expertd ? 0 : p.expert_cache_bytes;
   // The plan fitted the whole budget; what this process adds to memory now

@@ -48,14 +48,16 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
   const int64_t bytes0 = source_->Stats().bytes_read;
   double t0 = Now();
   // Feeds `ids` at the cache's end; logits of every row when `rows_all`.
-  auto forward = [&](std::span<const int32_t> ids, bool rows_all) -> absl::StatusOr<ForwardResult> {
+  // `prefill`: prompt rows (experts only they use are fetched as FetchUse::kPrefill).
+  auto forward = [&](std::span<const int32_t> ids, bool rows_all, bool prefill = false) -> absl::StatusOr<ForwardResult> {
     const int64_t p0 = cache.length();
-    const BatchSeq one{ids, &cache, rows_all, true, /*all_hidden=*/use_mtp};
+    BatchSeq one{ids, &cache, rows_all, true, /*all_hidden=*/use_mtp};
+    one.prefill = prefill;
     MOE_ASSIGN_OR_RETURN(std::vector<ForwardResult> out, model_->ForwardBatch(std::span<const BatchSeq>(&one, 1)));
     if (mtp) mtp->AddHidden(p0, out[0].hidden);
     return std::move(out[0]);
   };
-  MOE_ASSIGN_OR_RETURN(ForwardResult f, forward(prompt, false));
+  MOE_ASSIGN_OR_RETURN(ForwardResult f, forward(prompt, false, /*prefill=*/true));
   r.prefill_seconds = Now() - t0;
   const int64_t bytes1 = source_->Stats().bytes_read;
   r.prefill_expert_bytes = bytes1 - bytes0;

@@ -1,6 +1,7 @@
 #include "common/model/local_expert_source.h"
 
 #include <chrono>
+#include <iterator>
 
 #include "common/base/status.h"
 
@@ -12,13 +13,28 @@ LocalExpertSource::LocalExpertSource(ExpertLoader loader, int64_t budget_bytes)
 LocalExpertSource::~LocalExpertSource() = default;
 
 absl::StatusOr<ExpertLease> LocalExpertSource::Get(int layer, int expert) {
+  return GetFor(layer, expert, FetchUse::kDecode);
+}
+
+absl::Status LocalExpertSource::GetEach(int layer, std::span<const int> experts, const ExpertReady& ready,
+                                        FetchUse use) {
+  for (size_t i = 0; i < experts.size(); ++i) {
+    absl::StatusOr<ExpertLease> l = GetFor(layer, experts[i], use);
+    if (!l.ok()) return l.status();
+    MOE_RETURN_IF_ERROR(ready(i, std::move(*l)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExpertLease> LocalExpertSource::GetFor(int layer, int expert, FetchUse use) {
+  const bool scan = use == FetchUse::kPrefill;
   const uint64_t key = Key(layer, expert);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.gets;
   auto it = entries_.find(key);
   if (it != entries_.end()) {
     ++stats_.hits;
-    lru_.splice(lru_.begin(), lru_, it->second.lru_it);
+    if (!scan) lru_.splice(lru_.begin(), lru_, it->second.lru_it);
   } else {
     ++stats_.misses;
     const auto t0 = std::chrono::steady_clock::now();
@@ -31,8 +47,13 @@ absl::StatusOr<ExpertLease> LocalExpertSource::Get(int layer, int expert) {
     const int64_t b = e.expert->Bytes();
     stats_.bytes_read += b;
     stats_.resident_bytes += b;
-    lru_.push_front(key);
-    e.lru_it = lru_.begin();
+    if (scan) {
+      lru_.push_back(key);
+      e.lru_it = std::prev(lru_.end());
+    } else {
+      lru_.push_front(key);
+      e.lru_it = lru_.begin();
+    }
     it = entries_.emplace(key, std::move(e)).first;
   }
   ++it->second.pins;

@@ -34,6 +34,10 @@ class LocalExpertSource final : public ExpertSource {
   ~LocalExpertSource() override;
 
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override;
+  // kPrefill: a miss enters at the LRU's cold end and a hit is not refreshed,
+  // so a prefill pass's experts are the first evicted (a scan never pushes
+  // out the decode working set).
+  absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready, FetchUse use) override;
   ExpertSourceStats Stats() const override;
   int64_t budget_bytes() const { return budget_; }
 
@@ -47,6 +51,7 @@ class LocalExpertSource final : public ExpertSource {
   static uint64_t Key(int layer, int expert) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) | static_cast<uint32_t>(expert);
   }
+  absl::StatusOr<ExpertLease> GetFor(int layer, int expert, FetchUse use);
   void Release(uint64_t key);
   void TrimLocked();
 

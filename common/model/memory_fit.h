@@ -26,6 +26,9 @@ struct FittedPlan {
   // the KV bytes every sequence of a worker shares (0: no such limit).
   int64_t context = 0;
   int64_t kv_budget_bytes = 0;
+  // The plan's activation bytes for one prefill pass per worker (0: no plan,
+  // or a plan older than planned prefill).
+  int64_t prefill_pass_bytes = 0;
 };
 
 // ram_budget: bytes for resident weights + KV for `kv_tokens` (< 0: the

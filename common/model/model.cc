@@ -148,11 +148,15 @@ absl::Status Model::DecoderLayer(const LayerWeights& lw, int layer_id, float* h,
   if (lw.moe) {
     // This layer's attention already appended each sequence's rows to its cache.
     std::vector<int64_t> pos(S);
+    std::vector<uint8_t> prefill(S, 0);
     for (const Seg& sg : segs) {
       const int64_t p0 = sg.cache->length(cache_layer) - sg.S;
-      for (int64_t i = 0; i < sg.S; ++i) pos[sg.row0 + i] = p0 + i;
+      for (int64_t i = 0; i < sg.S; ++i) {
+        pos[sg.row0 + i] = p0 + i;
+        prefill[sg.row0 + i] = sg.prefill;
+      }
     }
-    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, pos, o.data()));
+    MOE_RETURN_IF_ERROR(Moe(lw, layer_id, a.data(), S, pos, prefill, o.data()));
   } else {
     {
       Timed t(*this, &StepProfile::router);
@@ -173,14 +177,29 @@ absl::StatusOr<ForwardResult> Model::Forward(std::span<const int32_t> ids, KvCac
   return std::move(r[0]);
 }
 
+ForwardPass::ForwardPass() : s_(std::make_unique<State>()) {}
+ForwardPass::~ForwardPass() = default;
+int ForwardPass::next_layer() const { return s_->next_layer; }
+int64_t ForwardPass::rows() const { return s_->S; }
+bool ForwardPass::layers_done() const { return s_->next_layer >= s_->num_layers; }
+
 absl::StatusOr<std::vector<ForwardResult>> Model::ForwardBatch(std::span<const BatchSeq> seqs) const {
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<ForwardPass> pass, BeginPass(seqs));
+  MOE_RETURN_IF_ERROR(AdvancePass(*pass, config_.num_hidden_layers));
+  return FinishPass(*pass);
+}
+
+absl::StatusOr<std::unique_ptr<ForwardPass>> Model::BeginPass(std::span<const BatchSeq> seqs) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, V = c.vocab_size;
   if (seqs.empty()) return absl::InvalidArgumentError("Forward: no sequences");
   const bool many = seqs.size() > 1;
   auto where = [&](size_t i) { return many ? absl::StrCat(" (batch sequence ", i, ")") : std::string(); };
+  auto pass = std::make_unique<ForwardPass>();
+  ForwardPass::State& ps = *pass->s_;
   // Validate every sequence before touching any cache.
-  std::vector<Seg> segs(seqs.size());
+  std::vector<Seg>& segs = ps.segs;
+  segs.resize(seqs.size());
   int64_t S = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const BatchSeq& q = seqs[i];
@@ -210,25 +229,65 @@ absl::StatusOr<std::vector<ForwardResult>> Model::ForwardBatch(std::span<const B
     segs[i].cache = q.cache;
     segs[i].row0 = S;
     segs[i].S = n;
+    segs[i].prefill = q.prefill;
     S += n;
+  }
+  ps.S = S;
+  ps.num_layers = c.num_hidden_layers;
+  ps.seqs.assign(seqs.begin(), seqs.end());
+  ps.ids.resize(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ps.ids[i].assign(seqs[i].ids.begin(), seqs[i].ids.end());
+    ps.seqs[i].ids = ps.ids[i];
   }
   Timed whole(*this, &StepProfile::total);
   if (profile_) {
     ++profile_->forwards;
     profile_->rows += S;
   }
-  std::vector<float> h(S * H);
+  ps.h.resize(S * H);
   {
     Timed t(*this, &StepProfile::embed);
     for (const Seg& sg : segs) {
-      const BatchSeq& q = seqs[&sg - segs.data()];
-      for (int64_t s = 0; s < sg.S; ++s) DequantRow(weights_->embed.m, q.ids[s], h.data() + (sg.row0 + s) * H);
+      const BatchSeq& q = ps.seqs[&sg - segs.data()];
+      for (int64_t s = 0; s < sg.S; ++s) DequantRow(weights_->embed.m, q.ids[s], ps.h.data() + (sg.row0 + s) * H);
     }
   }
-  Trace("embed", h.data(), S * H);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    MOE_RETURN_IF_ERROR(DecoderLayer(weights_->layers[l], l, h.data(), S, std::span<Seg>(segs), l));
+  Trace("embed", ps.h.data(), S * H);
+  return pass;
+}
+
+absl::Status Model::AdvancePass(ForwardPass& pass, int layers) const {
+  ForwardPass::State& ps = *pass.s_;
+  if (ps.failed) return absl::FailedPreconditionError("forward pass: an earlier step failed");
+  if (layers < 1) return absl::InvalidArgumentError("forward pass: advance by >= 1 layer");
+  Timed whole(*this, &StepProfile::total);
+  const int end = std::min(config_.num_hidden_layers, ps.next_layer + layers);
+  for (; ps.next_layer < end; ++ps.next_layer) {
+    const int l = ps.next_layer;
+    if (absl::Status st = DecoderLayer(weights_->layers[l], l, ps.h.data(), ps.S, std::span<Seg>(ps.segs), l);
+        !st.ok()) {
+      ps.failed = true;
+      return st;
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ForwardResult>> Model::FinishPass(ForwardPass& pass) const {
+  ForwardPass::State& ps = *pass.s_;
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  if (ps.failed) return absl::FailedPreconditionError("forward pass: an earlier step failed");
+  if (ps.next_layer < c.num_hidden_layers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("forward pass: ", ps.next_layer, " of ", c.num_hidden_layers, " layers run"));
+  }
+  ps.failed = true;  // finished: one FinishPass per pass
+  Timed whole(*this, &StepProfile::total);
+  std::span<const BatchSeq> seqs = ps.seqs;
+  std::vector<Seg>& segs = ps.segs;
+  const std::vector<float>& h = ps.h;
   for (const BatchSeq& q : seqs) {
     for (int32_t id : q.ids) q.cache->tokens().push_back(id);
   }

@@ -110,6 +110,35 @@ struct BatchSeq {
   // cache with (common/model/spec_mtp.h). The LM head still runs only on the
   // rows all_rows / logits ask for.
   bool all_hidden = false;
+  // Prompt rows (a prefill chunk or pass): routed experts that only such rows
+  // use are fetched with FetchUse::kPrefill (no eviction of the decode
+  // working set). Never changes a result.
+  bool prefill = false;
+};
+
+// A ForwardBatch run a few decoder layers at a time: the layer-major prefill
+// of docs/SERVING.md ("Planned prefill"). Model::BeginPass validates and
+// embeds, Model::AdvancePass runs the next layers, Model::FinishPass returns
+// exactly what ForwardBatch(seqs) returns (ForwardBatch is these three
+// calls). Between calls the pass's caches hold its rows in the layers run so
+// far only: nothing else may use them until FinishPass (or, to abandon the
+// pass, KvCache::Truncate back to their old lengths); other caches may be run
+// through other forwards meanwhile. Holds copies of the token ids and the
+// rows' hidden states (hidden_size floats per row).
+class ForwardPass {
+ public:
+  ForwardPass();
+  ~ForwardPass();
+  ForwardPass(const ForwardPass&) = delete;
+  ForwardPass& operator=(const ForwardPass&) = delete;
+  int next_layer() const;  // decoder layers done
+  bool layers_done() const;
+  int64_t rows() const;
+
+ private:
+  friend class Model;
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 struct MtpResult {
@@ -165,6 +194,13 @@ class Model {
   // vocabulary, positions past max_position_embeddings (message names the
   // sequence index); expert fetch errors fail the whole batch.
   absl::StatusOr<std::vector<ForwardResult>> ForwardBatch(std::span<const BatchSeq> seqs) const;
+  // ForwardBatch in steps (ForwardPass above). BeginPass: the same checks,
+  // then the embedding; AdvancePass: up to `layers` more decoder layers
+  // (>= 1); FinishPass: after every layer, the final norm and LM head
+  // (FailedPrecondition before). An error leaves the pass unusable.
+  absl::StatusOr<std::unique_ptr<ForwardPass>> BeginPass(std::span<const BatchSeq> seqs) const;
+  absl::Status AdvancePass(ForwardPass& pass, int layers) const;
+  absl::StatusOr<std::vector<ForwardResult>> FinishPass(ForwardPass& pass) const;
 
   // MTP layer over slots: row j takes hidden[j] (main model's final-normed
   // hidden state, or a previous MTP `out` for recursive drafts) and
@@ -175,6 +211,7 @@ class Model {
  private:
   struct TopK;
   struct Seg;  // one sequence's rows [row0, row0 + S) of a batch, its cache and DSA top-k state
+  friend struct ForwardPass::State;
   // S = total rows of all segments.
   absl::Status DecoderLayer(const LayerWeights& lw, int layer_id, float* h, int64_t S, std::span<Seg> segs,
                             int cache_layer) const;
@@ -190,7 +227,10 @@ class Model {
   void ScoreQ8(const float* q_row, const float* w_row, const KvCache& cache, int cache_layer, int64_t n_causal,
                std::vector<float>& dots, float* score) const;
   // pos[s]: sequence position of row s (the route tap reports it).
+  // prefill[s] != 0: row s is a prompt row (empty: all decode); experts only
+  // prompt rows use are fetched with FetchUse::kPrefill.
   absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, std::span<const int64_t> pos,
+                   std::span<const uint8_t> prefill,
                    float* out) const;
   // Top-k routed experts of one row's router logits (sc: sigmoid scores, E).
   std::vector<int> Route(const LayerWeights& lw, const float* logits, float* sc) const;

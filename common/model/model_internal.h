@@ -32,7 +32,19 @@ struct Model::Seg {
   KvCache* cache = nullptr;
   int64_t row0 = 0;  // first row in the batch
   int64_t S = 0;     // rows
+  bool prefill = false;  // BatchSeq::prefill
   TopK topk;
+};
+
+struct ForwardPass::State {
+  std::vector<BatchSeq> seqs;              // ids point into `ids`
+  std::vector<std::vector<int32_t>> ids;   // copies: the caller's spans need not outlive the pass
+  std::vector<Model::Seg> segs;
+  std::vector<float> h;                    // rows x hidden
+  int64_t S = 0;
+  int next_layer = 0;
+  int num_layers = 0;
+  bool failed = false;
 };
 
 // Adds wall seconds to one StepProfile field while the profile is set.

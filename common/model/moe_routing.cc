@@ -44,7 +44,7 @@ std::vector<int> Model::Route(const LayerWeights& lw, const float* logits, float
 }
 
 absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S,
-                        std::span<const int64_t> pos, float* out) const {
+                        std::span<const int64_t> pos, std::span<const uint8_t> prefill, float* out) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   const int E = c.n_routed_experts, K = c.num_experts_per_tok;
@@ -54,6 +54,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   Trace(absl::StrCat("layers.", lw.index, ".router.logits"), logits.data(), S * E);
   std::vector<std::vector<std::pair<int, float>>> routes(S);  // (expert, weight)
   std::vector<int> users(E, 0);
+  std::vector<uint8_t> decode_use(E, 0);  // some decode row uses it (else only prefill rows: FetchUse::kPrefill)
   for (int64_t s = 0; s < S; ++s) {
     std::vector<float> sc(E);
     auto idx = Route(lw, logits.data() + s * E, sc.data());
@@ -68,19 +69,27 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
       w[k] *= static_cast<float>(c.routed_scaling_factor);
       routes[s].push_back({idx[k], w[k]});
       ++users[idx[k]];
+      if (prefill.empty() || !prefill[s]) decode_use[idx[k]] = 1;
     }
     if (route_tap_) route_tap_(layer_id, pos[s], std::span<const int>(idx.data(), idx.size()));
   }
   // Distinct experts of the batch, ascending id (HF's accumulation order).
-  std::vector<ExpertKey> wanted;
+  // Decode experts are fetched first (and hinted: expertd starts their reads
+  // while the shared expert runs); prefill-only ones are streamed without
+  // displacing the decode working set and are not hinted (a hint fills like demand).
+  std::vector<ExpertKey> wanted, hinted;
+  std::vector<size_t> decode_idx, prefill_idx;  // into wanted
   for (int e = 0; e < E; ++e) {
-    if (users[e]) wanted.push_back({layer_id, e});
+    if (!users[e]) continue;
+    (decode_use[e] ? decode_idx : prefill_idx).push_back(wanted.size());
+    wanted.push_back({layer_id, e});
+    if (decode_use[e]) hinted.push_back({layer_id, e});
   }
   // The look-ahead goes first: expertd keeps the predicted experts of the
   // next layer that are resident from being evicted by this layer's fills
   // (its speculative reads queue behind demand reads either way).
   LookAhead(layer_id, x, S, pos.data());
-  experts_->Hint(wanted);
+  if (!hinted.empty()) experts_->Hint(hinted);
   router_time.reset();
   // The shared expert needs only x: it runs first, while the routed
   // experts' reads (started by the hint above) are in flight.
@@ -100,14 +109,12 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // so the arrival order never changes the result.
   std::vector<float> slot(S * K * H, 0.0f);
   const int64_t Im = c.moe_intermediate_size;
-  std::vector<int> ids;
-  for (const ExpertKey& key : wanted) ids.push_back(key.expert);
   // expert_fetch: the time GetEach blocked, i.e. its wall time minus the
   // expert compute done in the callback as leases arrive.
   using Clock = std::chrono::steady_clock;
   const Clock::time_point fetch_t0 = Clock::now();
   double in_ready_s = 0;
-  MOE_RETURN_IF_ERROR(experts_->GetEach(layer_id, ids, [&](size_t index, ExpertLease lease) -> absl::Status {
+  auto compute = [&](size_t index, ExpertLease lease) -> absl::Status {
     const Clock::time_point ready_t0 = Clock::now();
     const ExpertKey key = wanted[index];
     const ExpertWeights& ew = lease.weights();
@@ -140,7 +147,14 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     }
     in_ready_s += std::chrono::duration<double>(Clock::now() - ready_t0).count();
     return absl::OkStatus();
-  }));
+  };
+  for (const auto& [which, use] : {std::pair{&decode_idx, FetchUse::kDecode}, std::pair{&prefill_idx, FetchUse::kPrefill}}) {
+    if (which->empty()) continue;
+    std::vector<int> ids;
+    for (size_t i : *which) ids.push_back(wanted[i].expert);
+    MOE_RETURN_IF_ERROR(experts_->GetEach(
+        layer_id, ids, [&](size_t j, ExpertLease lease) { return compute((*which)[j], std::move(lease)); }, use));
+  }
   if (profile_)
     profile_->expert_fetch += std::chrono::duration<double>(Clock::now() - fetch_t0).count() - in_ready_s;
   std::vector<float> acc(S * H, 0.0f);

@@ -1,5 +1,7 @@
 #include "common/model/serving_planner.h"
 
+#include "common/model/pass_memory.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -196,8 +198,13 @@ Fit Place(const PlanRequest& r, const ModelConfig& c, const Layout& lay, const s
   p.expert_cache_min_bytes = r.expertd ? static_cast<int64_t>(slabs_floor->floor_bytes) +
                                              static_cast<int64_t>(W - 1) * p.top_k * p.expert_record_bytes
                                        : 2 * p.top_k * p.expert_record_bytes;
+  // A pass never holds more rows than the context: small models need far less than the budget.
+  p.prefill_row_bytes = PassActivationBytesPerRow(c);
+  p.prefill_pass_bytes = std::min<int64_t>(static_cast<int64_t>(r.prefill_pass_bytes),
+                                           (r.context > 0 ? r.context : kDefaultContext) * p.prefill_row_bytes);
+  p.prefill_pass_rows = PassRowsForBudget(c, p.prefill_pass_bytes);
   p.overhead_bytes = static_cast<int64_t>(r.process_overhead_bytes) * (W + (r.expertd ? 1 : 0)) +
-                     static_cast<int64_t>(r.reserve_bytes);
+                     static_cast<int64_t>(r.reserve_bytes) + W * p.prefill_pass_bytes;
   const int64_t ram = static_cast<int64_t>(r.ram_bytes);
   const int64_t caches_min = p.expert_cache_min_bytes * (r.expertd ? 1 : W);
   const int64_t fixed = p.shared_bytes + W * p.private_bytes + p.overhead_bytes;

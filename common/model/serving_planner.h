@@ -54,6 +54,12 @@ struct PlanRequest {
   // Per process: code, heaps, threads, activations, page tables (measured
   // for GLM-5: docs/PLAN.md); and for the machine: what must stay free.
   uint64_t process_overhead_bytes = 384ull << 20;
+  // Per worker: the activations of one layer-major prefill pass (planned
+  // prefill, common/model/pass_memory.h); the plan says how many prompt rows
+  // a pass holds. 512 MiB: ~1,360 rows at GLM-5's dimensions, so a 1K-token
+  // prompt reads each routed expert once. Capped at the rows of the context
+  // (or kDefaultContext): a small model's pass needs far less.
+  uint64_t prefill_pass_bytes = 512ull << 20;
   uint64_t reserve_bytes = 512ull << 20;
 };
 

@@ -61,15 +61,19 @@ ExpertLease RemoteExpertSource::MakeLease(const expertstore::Lease& l, const Exp
 absl::StatusOr<ExpertLease> RemoteExpertSource::Get(int layer, int expert) {
   absl::StatusOr<ExpertLease> out = absl::UnknownError("not fetched");
   const int one[1] = {expert};
-  absl::Status s = GetEach(layer, one, [&](size_t, ExpertLease l) {
-    out = std::move(l);
-    return absl::OkStatus();
-  });
+  absl::Status s = GetEach(
+      layer, one,
+      [&](size_t, ExpertLease l) {
+        out = std::move(l);
+        return absl::OkStatus();
+      },
+      FetchUse::kDecode);
   if (!s.ok()) return s;
   return out;
 }
 
-absl::Status RemoteExpertSource::GetEach(int layer, std::span<const int> experts, const ExpertReady& ready) {
+absl::Status RemoteExpertSource::GetEach(int layer, std::span<const int> experts, const ExpertReady& ready,
+                                         FetchUse use) {
   std::vector<const ExpertRecordInfo*> recs(experts.size());
   for (size_t i = 0; i < experts.size(); ++i) {
     recs[i] = container_->FindExpert(layer, experts[i]);
@@ -111,7 +115,7 @@ absl::Status RemoteExpertSource::GetEach(int layer, std::span<const int> experts
     first = ready(i, MakeLease(*l, *recs[i]));
     in_ready_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - r0).count();
   };
-  client_->AcquireEach(layer, ids, on_lease, &server_wait_ns);
+  client_->AcquireEach(layer, ids, on_lease, &server_wait_ns, use == FetchUse::kPrefill);
   const int64_t took =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   const int64_t blocked = std::max<int64_t>(0, took - in_ready_ns);

@@ -40,8 +40,9 @@ class RemoteExpertSource final : public ExpertSource {
 
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override;
   // One FetchExperts stream for the layer's misses; each lease is handed
-  // over as it lands (ExpertdClient::AcquireEach), hits first.
-  absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready) override;
+  // over as it lands (ExpertdClient::AcquireEach), hits first. kPrefill
+  // sends FetchRequest.prefill (expertd's no-pollution admission).
+  absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready, FetchUse use) override;
   // Hint: the engine's routing of the layer it is about to fetch (expertd
   // fills it like demand). HintAhead: router look-ahead predictions
   // (expertd treats them as speculative: admission-gated, capped, and keeps

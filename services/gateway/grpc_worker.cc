@@ -190,6 +190,16 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
                                           stats.spec_drafted_per_position().end());
     info.spec_accepted_per_position.assign(stats.spec_accepted_per_position().begin(),
                                            stats.spec_accepted_per_position().end());
+    info.waiting_sequences = stats.waiting_sequences();
+    info.prefix_disk_hit_tokens = stats.prefix_disk_hit_tokens();
+    info.prefix_disk_bytes = stats.prefix_disk_bytes();
+    info.prefix_disk_capacity_bytes = stats.prefix_disk_capacity_bytes();
+    info.prefix_disk_files = stats.prefix_disk_files();
+    info.prefix_disk_ignored = stats.prefix_disk_ignored();
+    info.prefill_passes = stats.prefill_passes();
+    info.prefill_pass_rows = stats.prefill_pass_rows();
+    info.prefill_pass_capacity_rows = stats.prefill_pass_capacity_rows();
+    info.prefill_max_slice_seconds = stats.prefill_max_slice_seconds();
   }
   return info;
 }

@@ -53,6 +53,19 @@ Metrics::Metrics(const std::string& model) : registry_(std::make_shared<promethe
   w_spec_tokens_ = counter("moe_worker_spec_decode_tokens_total", "Tokens those decode steps produced");
   w_spec_drafted_ = counter("moe_worker_spec_drafted_total", "Draft tokens verified by each worker");
   w_spec_accepted_ = counter("moe_worker_spec_accepted_total", "Draft tokens accepted by each worker");
+  w_waiting_ = gauge("moe_worker_waiting_sequences", "Sequences whose prompt is not fully fed yet on each worker");
+  w_disk_bytes_ = gauge("moe_worker_prefix_disk_bytes", "Bytes of the prefix cache's disk tier (--prefix-cache-dir)");
+  w_disk_cap_ = gauge("moe_worker_prefix_disk_capacity_bytes", "Bound of the disk tier (--prefix-cache-disk-bytes)");
+  w_disk_files_ = gauge("moe_worker_prefix_disk_files", "Disk-tier files of the worker's model");
+  w_pass_cap_ = gauge("moe_worker_prefill_pass_capacity_rows",
+                      "Prompt rows one layer-major prefill pass holds (0: chunked prefill)");
+  w_pass_slice_ = gauge("moe_worker_prefill_max_slice_seconds",
+                        "Longest prefill-pass slice other sequences waited behind (the latency a pass adds)");
+  w_disk_hits_ = counter("moe_worker_prefix_disk_hit_tokens_total", "Prompt tokens whose KV was read from the disk tier");
+  w_disk_ignored_ = counter("moe_worker_prefix_disk_ignored_total",
+                            "Disk-tier files refused (damaged, truncated, other version or model)");
+  w_passes_ = counter("moe_worker_prefill_passes_total", "Layer-major prefill passes finished");
+  w_pass_rows_ = counter("moe_worker_prefill_pass_rows_total", "Prompt rows fed by prefill passes");
   w_tokens_ = counter("moe_worker_tokens_total", "Tokens streamed from each worker");
   w_steps_ = counter("moe_worker_steps_total", "Engine steps run by each worker");
   w_fetches_ = counter("moe_worker_expert_fetches_total",
@@ -105,6 +118,16 @@ std::string Metrics::Render(const AdmissionController* admission, const Sequence
       Advance(w_spec_tokens_, w.name, w.info.spec_decode_tokens);
       Advance(w_spec_drafted_, w.name, w.info.spec_drafted);
       Advance(w_spec_accepted_, w.name, w.info.spec_accepted);
+      w_waiting_->Add(l).Set(w.info.waiting_sequences);
+      w_disk_bytes_->Add(l).Set(static_cast<double>(w.info.prefix_disk_bytes));
+      w_disk_cap_->Add(l).Set(static_cast<double>(w.info.prefix_disk_capacity_bytes));
+      w_disk_files_->Add(l).Set(static_cast<double>(w.info.prefix_disk_files));
+      w_pass_cap_->Add(l).Set(static_cast<double>(w.info.prefill_pass_capacity_rows));
+      w_pass_slice_->Add(l).Set(w.info.prefill_max_slice_seconds);
+      Advance(w_disk_hits_, w.name, w.info.prefix_disk_hit_tokens);
+      Advance(w_disk_ignored_, w.name, w.info.prefix_disk_ignored);
+      Advance(w_passes_, w.name, w.info.prefill_passes);
+      Advance(w_pass_rows_, w.name, w.info.prefill_pass_rows);
       w_spec_tps_->Add(l).Set(w.info.spec_decode_steps > 0 ? static_cast<double>(w.info.spec_decode_tokens) /
                                                                  static_cast<double>(w.info.spec_decode_steps)
                                                            : 0.0);

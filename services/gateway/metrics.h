@@ -20,8 +20,12 @@
 //     moe_worker_tokens_total, moe_worker_steps_total, moe_worker_expert_fetches_total,
 //     moe_worker_prefix_cache_hit_tokens_total, moe_worker_prefix_cache_lookups_total,
 //     moe_worker_spec_decode_steps_total, moe_worker_spec_decode_tokens_total,
-//     moe_worker_spec_drafted_total, moe_worker_spec_accepted_total
-//     counters; moe_worker_spec_tokens_per_step and moe_worker_spec_acceptance{position}
+//     moe_worker_spec_drafted_total, moe_worker_spec_accepted_total,
+//     moe_worker_prefix_disk_hit_tokens_total, moe_worker_prefix_disk_ignored_total,
+//     moe_worker_prefill_passes_total, moe_worker_prefill_pass_rows_total
+//     counters; moe_worker_waiting_sequences, moe_worker_prefix_disk_bytes,
+//     moe_worker_prefix_disk_capacity_bytes, moe_worker_prefix_disk_files,
+//     moe_worker_prefill_pass_capacity_rows, moe_worker_prefill_max_slice_seconds gauges; moe_worker_spec_tokens_per_step and moe_worker_spec_acceptance{position}
 //     (accepted / drafted at each draft position, over the worker's life) gauges (the workers report running totals; the gateway adds what each probe
 //     moved on, and a worker's restart does not make them go back).
 // Thread safety: all methods are thread-safe (prometheus-cpp metrics are; Render locks).
@@ -90,6 +94,16 @@ class Metrics {
   Counters* w_spec_tokens_;
   Counters* w_spec_drafted_;
   Counters* w_spec_accepted_;
+  Gauges* w_waiting_;
+  Gauges* w_disk_bytes_;
+  Gauges* w_disk_cap_;
+  Gauges* w_disk_files_;
+  Gauges* w_pass_cap_;
+  Gauges* w_pass_slice_;
+  Counters* w_disk_hits_;
+  Counters* w_disk_ignored_;
+  Counters* w_passes_;
+  Counters* w_pass_rows_;
   Counters* w_tokens_;
   Counters* w_steps_;
   Counters* w_fetches_;

@@ -117,6 +117,12 @@ struct WorkerInfo {
   std::string speculative;
   int64_t spec_decode_steps = 0, spec_decode_tokens = 0, spec_drafted = 0, spec_accepted = 0;
   std::vector<int64_t> spec_drafted_per_position, spec_accepted_per_position;
+  int32_t waiting_sequences = 0;  // prompts not yet fully fed (the queue an inference router reads)
+  // The prefix cache's disk tier and planned prefill (StatsReply prefix_disk_*, prefill_*).
+  int64_t prefix_disk_hit_tokens = 0, prefix_disk_bytes = 0, prefix_disk_capacity_bytes = 0, prefix_disk_files = 0,
+          prefix_disk_ignored = 0;
+  int64_t prefill_passes = 0, prefill_pass_rows = 0, prefill_pass_capacity_rows = 0;
+  double prefill_max_slice_seconds = 0;
 };
 
 class Worker {

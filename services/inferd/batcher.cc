@@ -10,6 +10,7 @@ namespace moe::inferd {
 
 Batcher::Batcher(SequenceModel* model, BatcherConfig config)
     : model_(model), config_(config), prefix_(config.prefix_cache_bytes, model, config.prefix_disk) {
+  passes_on_ = config_.prefill_pass_rows > 0 && model_->can_rollback() && model_->pass_rows_for_bytes(1 << 30) > 0;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -130,7 +131,17 @@ void Batcher::Loop() {
     if (!running) return;
     if (active_.empty()) continue;
     StartNewSequences();
+    if (passes_on_) {
+      // A layer-major pass over the long prompts: one slice of it, then a
+      // step of everybody else.
+      MaybeStartPass(&out);
+      if (pass_) AdvancePassSlice(&out);
+      active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
+      for (auto& [cb, o] : out) cb(std::move(o));
+      out.clear();
+    }
     Step step = PlanOneStep(&logits);
+    if (step.items.empty()) continue;  // everybody is in the pass
     const absl::Status st = Execute(step);
     FeedBack(step, st, logits, &out);
     active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
@@ -150,7 +161,13 @@ bool Batcher::Admit(Deliveries* out) {
     active_.push_back(std::move(incoming_.front()));
     incoming_.pop_front();
   }
-  // Drop cancelled (and everything on shutdown) BEFORE planning.
+  // Drop cancelled (and everything on shutdown) BEFORE planning; a pass with
+  // such a member is abandoned first (its states are truncated back).
+  if (pass_) {
+    bool abandon = stop_;
+    for (const Seq* m : pass_->seqs) abandon = abandon || m->cancel;
+    if (abandon) AbandonPassLocked();
+  }
   for (auto& s : active_) {
     if (s->cancel || stop_) {
       stats_.max_steps_after_cancel = std::max(stats_.max_steps_after_cancel, s->steps_after_cancel);
@@ -214,8 +231,10 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
   for (size_t i = 0; i < active_.size(); ++i) {
     Seq& s = *active_[i];
     in[i].prefill_remaining = static_cast<int64_t>(s.req.prompt.size()) - s.prompt_fed;
+    in[i].hold = s.in_pass || WantsPass(s);
   }
   step.plan = PlanStep(in, config_.max_step_tokens, config_.prefill_chunk);
+  if (step.plan.entries.empty()) return step;
   const StepPlan& plan = step.plan;
   std::vector<SequenceModel::Item>& items = step.items;
   items.resize(plan.entries.size());
@@ -253,6 +272,7 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
       items[k].state = s.state.get();
       items[k].tokens = step_tokens[k];
       items[k].logit_rows = 1 + static_cast<int64_t>(s.drafts.size());
+      items[k].prefill = in[e.index].prefill_remaining > 0;
       items[k].logits = e.samples ? logits->data() + li * V : nullptr;
       if (e.samples) li += items[k].logit_rows;
     }

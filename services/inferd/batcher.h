@@ -5,7 +5,8 @@
 //
 // Numbers: up to `max_sequences` (64) live sequences; a step feeds at most
 // `max_step_tokens` (512) tokens; prompts go in chunks of `prefill_chunk`
-// (128). Prefix KV states of finished sequences are kept up to
+// (128); a prompt with more than `prefill_chunk` tokens left goes instead in
+// layer-major passes (planned prefill, below). Prefix KV states of finished sequences are kept up to
 // `prefix_cache_bytes` and reused by new prompts that share a prefix; with
 // `prefix_disk` they are also spilled to disk and found there by any worker
 // of the same model (prefix_cache.h, prefix_disk_tier.h).
@@ -26,6 +27,19 @@
 // KeyedRng(seed, output index)) until one differs from its draft, and the
 // state is truncated to what was accepted (SequenceModel::Truncate). So the
 // tokens never depend on speculation, greedy or seeded. batcher_spec.cc.
+//
+// Planned prefill (`prefill_pass_rows` > 0 and a model that runs passes,
+// SequenceModel::Pass; docs/SERVING.md): the long prompts waiting are fed
+// together in one layer-major pass of up to prefill_pass_rows rows (the rows
+// a worker's activation budget holds; a prompt longer than that is split
+// into equal parts, one pass each), so each routed expert is read at most
+// once per pass instead of once per 128-token chunk. The pass advances a
+// layer at a time and yields to a normal step of everybody else after
+// `prefill_slice_seconds` (the latency it adds to their tokens:
+// Stats::max_pass_slice_seconds); with nobody else waiting it runs through.
+// Tokens are bit-identical to chunked prefill (batch invariance). A pass
+// whose sequence is cancelled is abandoned: its members' states are
+// truncated back and they join the next pass.
 //
 // Cancellation: Cancel(id) marks the sequence; the loop drops marked
 // sequences before planning each step, so a cancelled sequence takes part in
@@ -69,6 +83,10 @@ struct BatcherConfig {
   // The prefix cache's disk tier (--prefix-cache-dir); null: RAM only.
   std::shared_ptr<PrefixDiskTier> prefix_disk;
   SpecOptions spec;  // off unless inferd's --speculative says otherwise
+  // Planned prefill (above): rows per layer-major pass (0: chunks only) and
+  // the longest a pass runs while other sequences wait for a step.
+  int64_t prefill_pass_rows = 0;
+  double prefill_slice_seconds = 0.05;
 };
 
 struct SeqRequest {
@@ -130,6 +148,12 @@ struct BatcherStats {
   int64_t errors = 0;
   std::string last_error;
   SpecStats spec;  // decode steps of every sequence: drafts, acceptance per position, tokens per step
+  // Planned prefill: passes finished, their rows, passes abandoned (a member
+  // cancelled), and the longest slice other sequences waited behind.
+  int64_t prefill_passes = 0;
+  int64_t prefill_pass_rows = 0;
+  int64_t prefill_pass_aborts = 0;
+  double max_pass_slice_seconds = 0;
 };
 
 class Batcher {
@@ -146,6 +170,8 @@ class Batcher {
   bool Cancel(const std::string& id);
   BatcherStats stats() const;
   const BatcherConfig& config() const { return config_; }
+  // Planned prefill is on (config().prefill_pass_rows > 0 and the model runs passes).
+  bool passes_on() const { return passes_on_; }
   // Stops the loop; live sequences finish as cancelled.
   void Shutdown();
 
@@ -170,6 +196,18 @@ class Batcher {
     bool cancel = false;
     int64_t steps_after_cancel = 0;
     int64_t kv_reserved = 0;  // bytes of the model's KV budget held for it
+    bool in_pass = false;     // its state belongs to the running pass
+  };
+  // The running layer-major pass: its members (in active_, never removed
+  // while it runs), rows each feeds, their states' lengths before it, and
+  // the buffers the model's items point into.
+  struct PassRun {
+    std::unique_ptr<SequenceModel::Pass> pass;
+    std::vector<Seq*> seqs;
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<int64_t> len0;
+    std::vector<bool> samples;
+    std::vector<float> logits;  // one row per sampling member
   };
   // One step as planned: per active sequence its PlanInput, the plan, and per
   // plan entry the model item and the tokens it feeds (the items' spans).
@@ -190,6 +228,15 @@ class Batcher {
   absl::Status Execute(Step& step);
   void FeedBack(const Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out);
   void EndSeq(Seq& s, EndReason why, absl::Status error, Deliveries* out);
+  // Planned prefill (batcher_pass.cc): whether a prompt goes in passes, start
+  // a pass over the waiting long prompts, run it for one slice (finishing it
+  // through FeedBack), and abandon it (mu_ held: Admit's cancellation).
+  bool WantsPass(const Seq& s) const;
+  void MaybeStartPass(Deliveries* out);
+  void AdvancePassSlice(Deliveries* out);
+  void AbandonPassLocked();
+  // The pass as a Step (indices into active_ as of now), for FeedBack.
+  Step PassStep();
   // Speculation (batcher_spec.cc): the drafts s feeds after its pending token
   // this step (base_rows: rows already planned), and the rows' draws.
   std::vector<int32_t> Drafts(Seq& s, int64_t base_rows);
@@ -217,6 +264,8 @@ class Batcher {
   bool stop_ = false;
   int64_t kv_reserved_ = 0;  // sum of live sequences' reservations, under mu_
   BatcherStats stats_;
+  bool passes_on_ = false;      // config_.prefill_pass_rows > 0 and the model runs passes
+  std::unique_ptr<PassRun> pass_;  // loop thread (Admit abandons it under mu_)
   DepthChooser step_cost_;  // loop thread: step seconds by rows (auto's cost side)
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rate_window_;
   std::thread thread_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "services/inferd/engine_identity.h"
+#include "common/model/pass_memory.h"
 #include "common/model/spec_mtp.h"
 
 namespace moe::inferd {
@@ -121,9 +122,7 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::Clone(const SeqState& sta
   return out;
 }
 
-absl::Status EngineModel::Forward(std::span<Item> items) {
-  if (items.empty()) return absl::OkStatus();
-  const int64_t V = vocab_size();
+std::vector<BatchSeq> EngineModel::ToBatch(std::span<const Item> items) const {
   std::vector<BatchSeq> batch(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     batch[i].ids = items[i].tokens;
@@ -131,7 +130,30 @@ absl::Status EngineModel::Forward(std::span<Item> items) {
     batch[i].all_rows = items[i].logits != nullptr && items[i].logit_rows > 1;
     batch[i].logits = items[i].logits != nullptr;
     batch[i].all_hidden = mtp_drafts_;
+    batch[i].prefill = items[i].prefill;
   }
+  return batch;
+}
+
+absl::Status EngineModel::Deliver(std::span<const Item> items, std::span<const BatchSeq> batch,
+                                  std::span<const int64_t> p0, std::vector<ForwardResult>& r) {
+  const int64_t V = vocab_size();
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto* st = static_cast<EngineState*>(items[i].state);
+    if (st->mtp) st->mtp->AddHidden(p0[i], r[i].hidden);
+    if (!items[i].logits) continue;
+    const int64_t R = batch[i].all_rows ? items[i].logit_rows : 1;
+    if (r[i].rows < R || static_cast<int64_t>(r[i].logits.size()) < r[i].rows * V) {
+      return absl::InternalError("engine returned fewer logits rows than asked");
+    }
+    std::memcpy(items[i].logits, r[i].logits.data() + (r[i].rows - R) * V, sizeof(float) * V * R);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineModel::Forward(std::span<Item> items) {
+  if (items.empty()) return absl::OkStatus();
+  std::vector<BatchSeq> batch = ToBatch(items);
   std::vector<int64_t> p0(items.size());
   for (size_t i = 0; i < items.size(); ++i) p0[i] = batch[i].cache->length();
   // One forward over every item's rows: each weight matrix and each distinct
@@ -145,17 +167,45 @@ absl::Status EngineModel::Forward(std::span<Item> items) {
       r.push_back(std::move(one[0]));
     }
   }
-  for (size_t i = 0; i < items.size(); ++i) {
-    auto* st = static_cast<EngineState*>(items[i].state);
-    if (st->mtp) st->mtp->AddHidden(p0[i], r[i].hidden);
-    if (!items[i].logits) continue;
-    const int64_t R = batch[i].all_rows ? items[i].logit_rows : 1;
-    if (r[i].rows < R || static_cast<int64_t>(r[i].logits.size()) < r[i].rows * V) {
-      return absl::InternalError("engine returned fewer logits rows than asked");
-    }
-    std::memcpy(items[i].logits, r[i].logits.data() + (r[i].rows - R) * V, sizeof(float) * V * R);
-  }
-  return absl::OkStatus();
+  return Deliver(items, batch, p0, r);
+}
+
+namespace {
+
+class EnginePass final : public SequenceModel::Pass {
+ public:
+  bool layers_done() const override { return fp->layers_done(); }
+  int next_layer() const override { return fp->next_layer(); }
+  std::unique_ptr<ForwardPass> fp;
+  std::vector<SequenceModel::Item> items;
+  std::vector<BatchSeq> batch;  // ids: the items' spans (the batcher keeps them alive)
+  std::vector<int64_t> p0;
+};
+
+}  // namespace
+
+int64_t EngineModel::pass_rows_for_bytes(int64_t budget_bytes) const {
+  return PassRowsForBudget(engine_->config(), budget_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceModel::Pass>> EngineModel::BeginPass(std::span<const Item> items) {
+  if (items.empty()) return absl::InvalidArgumentError("pass: no items");
+  auto p = std::make_unique<EnginePass>();
+  p->items.assign(items.begin(), items.end());
+  p->batch = ToBatch(items);
+  for (const BatchSeq& b : p->batch) p->p0.push_back(b.cache->length());
+  MOE_ASSIGN_OR_RETURN(p->fp, engine_->model().BeginPass(p->batch));
+  return p;
+}
+
+absl::Status EngineModel::AdvancePass(Pass& pass, int layers) {
+  return engine_->model().AdvancePass(*static_cast<EnginePass&>(pass).fp, layers);
+}
+
+absl::Status EngineModel::FinishPass(Pass& pass) {
+  auto& p = static_cast<EnginePass&>(pass);
+  MOE_ASSIGN_OR_RETURN(std::vector<ForwardResult> r, engine_->model().FinishPass(*p.fp));
+  return Deliver(p.items, p.batch, p.p0, r);
 }
 
 int64_t EngineModel::expert_fetches() const { return engine_->expert_source().Stats().gets; }

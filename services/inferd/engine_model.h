@@ -54,10 +54,16 @@ class EngineModel final : public SequenceModel {
   // false: each item of a step runs its own forward (the unfused baseline
   // that benchmarks compare against; same tokens, more weight/expert reads).
   void set_batched_forward(bool on) { batched_forward_ = on; }
+  void set_planned_pass_bytes(int64_t b) { planned_pass_bytes_ = b; }
+  int64_t planned_pass_bytes() const override { return planned_pass_bytes_; }
   // Speculation: KvCache::Truncate rolls back; with MTP drafts on (inferd
   // --speculative mtp|auto on a model with an MTP layer) every state keeps an
   // MtpDrafter (common/model/spec_mtp.h) extended over its fed positions.
   bool can_rollback() const override { return true; }
+  int64_t pass_rows_for_bytes(int64_t budget_bytes) const override;
+  absl::StatusOr<std::unique_ptr<Pass>> BeginPass(std::span<const Item> items) override;
+  absl::Status AdvancePass(Pass& pass, int layers) override;
+  absl::Status FinishPass(Pass& pass) override;
   absl::Status Truncate(SeqState& state, int64_t n) override;
   bool has_mtp_drafts() const override { return mtp_drafts_; }
   absl::StatusOr<std::vector<int32_t>> DraftMtp(SeqState& state, std::span<const int32_t> tokens, int32_t next,
@@ -66,6 +72,10 @@ class EngineModel final : public SequenceModel {
   absl::Status set_mtp_drafts(bool on) override;
 
  private:
+  std::vector<BatchSeq> ToBatch(std::span<const Item> items) const;
+  // After a forward: MTP hidden states and the items' logits from r.
+  absl::Status Deliver(std::span<const Item> items, std::span<const BatchSeq> batch, std::span<const int64_t> p0,
+                       std::vector<ForwardResult>& r);
   std::unique_ptr<Engine> engine_;
   std::string name_;
   std::string model_dir_;
@@ -75,6 +85,7 @@ class EngineModel final : public SequenceModel {
   int64_t max_context_ = 0;
   int64_t kv_budget_ = 0, kv_per_token_ = 0;
   bool batched_forward_ = true;
+  int64_t planned_pass_bytes_ = 0;
   bool mtp_drafts_ = false;
 };
 

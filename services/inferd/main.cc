@@ -53,6 +53,7 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     if (!m.ok()) return m.status();
     if (fit->kv_budget_bytes > 0) (*m)->set_kv_budget(fit->kv_budget_bytes, fit->plan.kv_bytes_per_token);
     (*m)->set_batched_forward(batched_forward_);
+    (*m)->set_planned_pass_bytes(fit->prefill_pass_bytes);
     return std::unique_ptr<moe::inferd::SequenceModel>(std::move(*m));
   }
   // Structured outputs: the model directory's tokenizer unless --tokenizer names another

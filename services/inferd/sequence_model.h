@@ -58,6 +58,18 @@ class SequenceModel {
     std::span<const int32_t> tokens;
     float* logits = nullptr;  // logit_rows x vocab_size() floats, or null (no logits needed)
     int64_t logit_rows = 1;   // the last rows whose logits are wanted (> 1: a verify)
+    bool prefill = false;     // prompt rows: experts only they use are fetched as prefill (FetchUse::kPrefill)
+  };
+  // A layer-major pass (planned prefill, docs/SERVING.md): items fed a few
+  // decoder layers at a time, so that other sequences' steps run between its
+  // layers. The items' states are the pass's until FinishPass (or until the
+  // batcher abandons the pass and truncates them back); their `logits`
+  // buffers must live as long.
+  class Pass {
+   public:
+    virtual ~Pass() = default;
+    virtual bool layers_done() const = 0;
+    virtual int next_layer() const = 0;
   };
 
   virtual ~SequenceModel() = default;
@@ -110,6 +122,24 @@ class SequenceModel {
   virtual absl::StatusOr<std::vector<int32_t>> DraftMtp(SeqState& state, std::span<const int32_t> tokens,
                                                         int32_t next, int k) {
     return std::vector<int32_t>{};
+  }
+  // Passes: how many rows of activations `budget_bytes` holds (0: this model
+  // runs no passes; the batcher then feeds prompts in chunks), and the pass
+  // itself: Begin checks and embeds (as Forward would), Advance runs up to
+  // `layers` more decoder layers, Finish writes the items' logits. Results
+  // are bit-identical to Forward(items). Needs can_rollback() (an abandoned
+  // pass is truncated away).
+  virtual int64_t pass_rows_for_bytes(int64_t budget_bytes) const { return 0; }
+  // The serving plan's bytes for one pass (0: no plan says).
+  virtual int64_t planned_pass_bytes() const { return 0; }
+  virtual absl::StatusOr<std::unique_ptr<Pass>> BeginPass(std::span<const Item> items) {
+    return absl::UnimplementedError(absl::StrCat(name(), ": no layer-major passes"));
+  }
+  virtual absl::Status AdvancePass(Pass& pass, int layers) {
+    return absl::UnimplementedError(absl::StrCat(name(), ": no layer-major passes"));
+  }
+  virtual absl::Status FinishPass(Pass& pass) {
+    return absl::UnimplementedError(absl::StrCat(name(), ": no layer-major passes"));
   }
   // Routed-expert fetches (ExpertSource Gets) so far, or < 0 when unknown.
   // A batched step fetches each distinct (layer, expert) once.

@@ -218,6 +218,11 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
   for (int64_t v : s.spec.drafted_at) reply->add_spec_drafted_per_position(v);
   for (int64_t v : s.spec.accepted_at) reply->add_spec_accepted_per_position(v);
   reply->set_speculative(std::string(SpecModeName(batcher_->config().spec.mode)));
+  reply->set_prefill_passes(s.prefill_passes);
+  reply->set_prefill_pass_rows(s.prefill_pass_rows);
+  reply->set_prefill_pass_aborts(s.prefill_pass_aborts);
+  reply->set_prefill_pass_capacity_rows(batcher_->passes_on() ? batcher_->config().prefill_pass_rows : 0);
+  reply->set_prefill_max_slice_seconds(s.max_pass_slice_seconds);
   return grpc::Status::OK;
 }
 
@@ -231,11 +236,20 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   uint64_t prefix_cache_disk_bytes = uint64_t{16} << 30;
   std::string tokenizer, speculative = "off";
   int64_t draft_tokens = 3;
+  int64_t prefill_pass_bytes = -1;
+  double prefill_slice_ms = 50;
   FlagSet flags("inferd", "Inference worker: continuous batching over one model, served over gRPC.");
   flags.AddString("listen", &listen, "unix:/path or HOST:PORT (TCP binds only what is named)");
   flags.AddInt("max-sequences", &max_sequences, "live sequences at most (more: RESOURCE_EXHAUSTED)");
   flags.AddInt("max-step-tokens", &max_step_tokens, "tokens fed per step (decode rows + prefill chunks)");
-  flags.AddInt("prefill-chunk", &prefill_chunk, "largest prompt chunk per sequence per step");
+  flags.AddInt("prefill-chunk", &prefill_chunk,
+               "largest prompt chunk per sequence per step; longer prompts go in layer-major passes "
+               "(--prefill-pass-bytes)");
+  flags.AddInt("prefill-pass-bytes", &prefill_pass_bytes,
+               "activation bytes of one layer-major prefill pass (planned prefill, docs/SERVING.md): -1 = the "
+               "serving plan's, else 512 MiB; 0 = no passes (every prompt in --prefill-chunk chunks)");
+  flags.AddDouble("prefill-slice-ms", &prefill_slice_ms,
+                  "longest a prefill pass runs before the other sequences' next step (the latency it adds)");
   flags.AddBytes("prefix-cache-bytes", &prefix_cache_bytes, "KV of finished sequences kept for prefix reuse");
   flags.AddString("prefix-cache-dir", &prefix_cache_dir,
                   "directory of the prefix cache's disk tier: finished sequences' KV, reused by every worker of the "
@@ -267,6 +281,10 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
     std::cerr << "inferd: --max-sequences, --max-step-tokens, --prefill-chunk must be >= 1\n";
     return 2;
   }
+  if (prefill_pass_bytes < -1 || !(prefill_slice_ms >= 0)) {
+    std::cerr << "inferd: --prefill-pass-bytes must be -1, 0 or a byte count; --prefill-slice-ms >= 0\n";
+    return 2;
+  }
   auto model = factory.Create();
   if (!model.ok()) {
     std::cerr << "inferd: " << model.status().message() << "\n";
@@ -287,6 +305,17 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   bc.max_sequences = static_cast<int>(max_sequences);
   bc.max_step_tokens = max_step_tokens;
   bc.prefill_chunk = prefill_chunk;
+  {
+    int64_t pass_bytes = prefill_pass_bytes;
+    if (pass_bytes < 0) pass_bytes = (*model)->planned_pass_bytes() > 0 ? (*model)->planned_pass_bytes() : int64_t{512} << 20;
+    bc.prefill_pass_rows = pass_bytes > 0 ? (*model)->pass_rows_for_bytes(pass_bytes) : 0;
+    bc.prefill_slice_seconds = prefill_slice_ms / 1000.0;
+    MOE_LOG(INFO) << "inferd: prefill: "
+                  << (bc.prefill_pass_rows > 0
+                          ? absl::StrCat("layer-major passes of up to ", bc.prefill_pass_rows, " prompt rows (",
+                                         pass_bytes, " B of activations), ", prefill_slice_ms, " ms slices")
+                          : absl::StrCat("chunks of ", prefill_chunk, " tokens"));
+  }
   bc.prefix_cache_bytes = static_cast<int64_t>(prefix_cache_bytes);
   if (!prefix_cache_dir.empty()) {
     auto tier = [&]() -> absl::StatusOr<std::unique_ptr<PrefixDiskTier>> {

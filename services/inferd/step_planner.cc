@@ -7,7 +7,7 @@ namespace moe::inferd {
 StepPlan PlanStep(const std::vector<PlanInput>& seqs, int64_t max_step_tokens, int64_t prefill_chunk) {
   StepPlan plan;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (seqs[i].prefill_remaining == 0) {
+    if (seqs[i].prefill_remaining == 0 && !seqs[i].hold) {
       plan.entries.push_back({i, 1, true});
       ++plan.total_tokens;
     }
@@ -17,7 +17,7 @@ StepPlan PlanStep(const std::vector<PlanInput>& seqs, int64_t max_step_tokens, i
   if (budget == 0) budget = std::min<int64_t>(prefill_chunk, 1);
   for (size_t i = 0; i < seqs.size() && budget > 0; ++i) {
     int64_t rem = seqs[i].prefill_remaining;
-    if (rem == 0) continue;
+    if (rem == 0 || seqs[i].hold) continue;
     int64_t n = std::min({rem, prefill_chunk, budget});
     plan.entries.push_back({i, n, n == rem});
     plan.total_tokens += n;

@@ -7,7 +7,8 @@
 // `prefill_chunk` tokens. A long prompt is therefore spread over many steps
 // that also advance everybody else's decode, and a new short prompt starts
 // its prefill in the very next step (no request waits for another's whole
-// prefill).
+// prefill). Held inputs (PlanInput::hold: the batcher feeds their prompt in a
+// layer-major pass instead, batcher.h) get nothing.
 // Thread safety: pure function.
 #pragma once
 
@@ -19,6 +20,7 @@ namespace moe::inferd {
 
 struct PlanInput {
   int64_t prefill_remaining = 0;  // prompt tokens not yet fed (0: decoding)
+  bool hold = false;              // not planned this step (its prompt goes in a layer-major pass)
 };
 
 struct PlanEntry {

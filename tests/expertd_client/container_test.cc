@@ -16,6 +16,7 @@
 #include "common/format/convert.h"
 #include "common/model/engine.h"
 #include "common/model/weights.h"
+#include "services/expertd_client/client.h"
 #include "services/expertd_client/remote_expert_source.h"
 
 extern char** environ;
@@ -188,6 +189,44 @@ TEST_F(ExpertdContainer, LogitsThroughExpertdEqualInProcessForTinyBudgetWithAndW
   auto without = run(&no_hints);
   ASSERT_TRUE(without.ok());
   EXPECT_EQ(*without, *want);
+}
+
+// A prompt's forward marked as prefill (BatchSeq::prefill) reaches expertd as
+// FetchRequest.prefill (its no-pollution admission) and changes no logit.
+TEST_F(ExpertdContainer, PrefillRowsReachExpertdAsPrefillFetches) {
+  auto eng = Engine::Open(kFixture, EngineConfig{});
+  if (!eng.ok()) GTEST_SKIP() << "engine cannot open the fixture: " << eng.status();
+  const ModelConfig cfg = (*eng)->config();
+  StartExpertd(2 * 3, 2);
+  auto ck = OpenCheckpoint(kFixture);
+  ASSERT_TRUE(ck.ok());
+  const std::vector<int32_t> ids = {5, 17, 3, 88, 42, 42, 7, 61};
+  auto remote = expertd::RemoteExpertSource::Connect(sock_, container_.get());
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  auto admin = expertd::ExpertdClient::ConnectAdmin(sock_);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  auto run = [&](bool prefill) -> absl::StatusOr<std::vector<float>> {
+    auto w = LoadResidentWeights(**ck, cfg);
+    if (!w.ok()) return w.status();
+    Model m(cfg, std::move(*w), remote->get(), ModelOptions{});
+    KvCache cache = KvCache::ForModel(cfg, KvDtype::kF32);
+    BatchSeq one{ids, &cache, true, true};
+    one.prefill = prefill;
+    auto r = m.ForwardBatch(std::span<const BatchSeq>(&one, 1));
+    if (!r.ok()) return r.status();
+    return (*r)[0].logits;
+  };
+  auto decode = run(false);
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  auto st0 = (*admin)->Stats();
+  ASSERT_TRUE(st0.ok()) << st0.status();
+  EXPECT_EQ(st0->prefill_requests(), 0u);
+  auto prefill = run(true);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  EXPECT_EQ(*prefill, *decode);
+  auto st1 = (*admin)->Stats();
+  ASSERT_TRUE(st1.ok()) << st1.status();
+  EXPECT_GT(st1->prefill_requests(), 0u);
 }
 
 TEST_F(ExpertdContainer, RouterLookAheadHintsTheNextMoeLayerBeforeItsGets) {

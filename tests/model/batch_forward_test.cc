@@ -273,6 +273,148 @@ TEST_P(BatchForward, BadBatchFailsBeforeTouchingAnyCache) {
   EXPECT_TRUE(a.tokens().empty());
 }
 
+
+// ForwardPass (the layer-major prefill's engine side): a batch run one layer
+// at a time, with an unrelated sequence's forwards between its layers, gives
+// the same logits bit for bit and the same caches as ForwardBatch; finishing
+// early is refused; truncating an abandoned pass restores the caches.
+TEST_P(BatchForward, PassInLayerStepsEqualsForwardBatch) {
+  auto e = Engine::Open(dir_, EngineConfig{});
+  ASSERT_TRUE(e.ok()) << e.status();
+  const Model& m = (*e)->model();
+  KvCache dec = (*e)->NewCache();
+  ASSERT_TRUE(m.Forward(kPrompts[0], dec, false).ok());
+  const std::vector<int32_t> row = {7}, chunk = kPrompts[2];
+  KvCache dec1 = dec, dec2 = dec, pre1 = (*e)->NewCache(), pre2 = (*e)->NewCache();
+  std::vector<BatchSeq> b1 = {{row, &dec1, false, true}, {chunk, &pre1, true, true}};
+  b1[1].prefill = true;
+  auto whole = m.ForwardBatch(b1);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  std::vector<BatchSeq> b2 = {{row, &dec2, false, true}, {chunk, &pre2, true, true}};
+  b2[1].prefill = true;
+  auto pass = m.BeginPass(b2);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(m.FinishPass(**pass).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto pass2 = m.BeginPass(b2);  // the refused finish spoiled the first
+  ASSERT_TRUE(pass2.ok());
+  KvCache other = (*e)->NewCache();
+  for (int l = 0; !(*pass2)->layers_done(); ++l) {
+    ASSERT_TRUE(m.AdvancePass(**pass2, 1).ok());
+    EXPECT_EQ((*pass2)->next_layer(), l + 1);
+    ASSERT_TRUE(m.Forward(std::vector<int32_t>{static_cast<int32_t>(10 + l)}, other, false).ok());
+  }
+  auto stepped = m.FinishPass(**pass2);
+  ASSERT_TRUE(stepped.ok()) << stepped.status();
+  ASSERT_EQ(stepped->size(), whole->size());
+  for (size_t i = 0; i < whole->size(); ++i) {
+    ASSERT_EQ((*stepped)[i].logits.size(), (*whole)[i].logits.size());
+    EXPECT_EQ(std::memcmp((*stepped)[i].logits.data(), (*whole)[i].logits.data(),
+                          (*whole)[i].logits.size() * sizeof(float)),
+              0)
+        << "sequence " << i;
+  }
+  EXPECT_EQ(dec2.Serialize(), dec1.Serialize());
+  EXPECT_EQ(pre2.Serialize(), pre1.Serialize());
+  // Abandoned half-way: Truncate back to the old length is the old cache.
+  KvCache dec3 = dec;
+  std::vector<BatchSeq> b3 = {{chunk, &dec3, false, true}};
+  auto pass3 = m.BeginPass(b3);
+  ASSERT_TRUE(pass3.ok());
+  ASSERT_TRUE(m.AdvancePass(**pass3, 1).ok());
+  EXPECT_FALSE((*pass3)->layers_done());
+  dec3.Truncate(dec.length());
+  EXPECT_EQ(dec3.Serialize(), dec.Serialize());
+  EXPECT_EQ(m.AdvancePass(**pass3, 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Records the use each expert was fetched with.
+class UseRecordingSource : public ExpertSource {
+ public:
+  explicit UseRecordingSource(ExpertSource* inner) : inner_(inner) {}
+  absl::StatusOr<ExpertLease> Get(int layer, int expert) override { return inner_->Get(layer, expert); }
+  absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready, FetchUse use) override {
+    for (int x : experts) uses[{layer, x}].push_back(use);
+    return inner_->GetEach(layer, experts, ready, use);
+  }
+  ExpertSourceStats Stats() const override { return inner_->Stats(); }
+  std::map<std::pair<int, int>, std::vector<FetchUse>> uses;
+
+ private:
+  ExpertSource* inner_;
+};
+
+// Prompt rows' experts go as FetchUse::kPrefill unless a decode row of the
+// same step uses them too; the flag never changes a logit.
+TEST_P(BatchForward, PrefillOnlyExpertsAreFetchedAsPrefill) {
+  auto e = Engine::Open(dir_, EngineConfig{});
+  ASSERT_TRUE(e.ok()) << e.status();
+  UseRecordingSource rec(&(*e)->local_source());
+  auto ck = OpenCheckpoint(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  auto w = LoadResidentWeights(**ck, (*e)->config());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto m = std::make_unique<Model>((*e)->config(), std::move(*w), &rec, (*e)->model().options());
+  std::map<std::pair<int, int>, std::set<int64_t>> route_rows;  // (layer, expert) -> rows (position)
+  KvCache dec = KvCache::ForModel(m->config(), KvDtype::kF32);
+  ASSERT_TRUE(m->Forward(kPrompts[2], dec, false).ok());  // the decode row's position (17) is past the chunk's
+  const std::vector<int32_t> row = {7}, chunk = kPrompts[0];
+  std::vector<std::vector<float>> logits[2];
+  for (int flagged = 0; flagged < 2; ++flagged) {
+    KvCache d = dec, p = KvCache::ForModel(m->config(), KvDtype::kF32);
+    std::vector<BatchSeq> b = {{row, &d, false, true}, {chunk, &p, false, true}};
+    b[1].prefill = flagged == 1;
+    rec.uses.clear();
+    // Which experts the decode row uses: its positions are the ones past the prompt.
+    std::set<std::pair<int, int>> decode_experts;
+    m->set_route_tap([&](int layer, int64_t pos, std::span<const int> ex) {
+      if (pos == static_cast<int64_t>(kPrompts[2].size())) {
+        for (int x : ex) decode_experts.insert({layer, x});
+      }
+    });
+    auto r = m->ForwardBatch(b);
+    m->set_route_tap(nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const auto& fr : *r) logits[flagged].push_back(fr.logits);
+    for (const auto& [key, us] : rec.uses) {
+      ASSERT_EQ(us.size(), 1u) << "fetched twice in one step";
+      const bool decode = decode_experts.count(key) > 0;
+      const FetchUse want = flagged && !decode ? FetchUse::kPrefill : FetchUse::kDecode;
+      EXPECT_EQ(us[0], want) << "layer " << key.first << " expert " << key.second;
+    }
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t i = 0; i < logits[0].size(); ++i) EXPECT_EQ(logits[0][i], logits[1][i]);
+}
+
+// The in-process LRU under a prefill scan: a miss enters at the cold end, a
+// hit is not refreshed, so the decode working set stays resident.
+TEST_P(BatchForward, PrefillScanDoesNotEvictTheLocalDecodeWorkingSet) {
+  auto probe = Engine::Open(dir_, EngineConfig{});
+  ASSERT_TRUE(probe.ok());
+  int64_t each = 0;
+  {
+    auto l = (*probe)->local_source().Get(1, 0);
+    ASSERT_TRUE(l.ok());
+    each = l->weights().Bytes();
+  }
+  EngineConfig ec;
+  ec.expert_budget_bytes = 3 * each;  // room for the 2 decode experts + 1
+  auto e = Engine::Open(dir_, ec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  LocalExpertSource& src = (*e)->local_source();
+  for (int x : {0, 1}) ASSERT_TRUE(src.Get(1, x).ok());
+  const std::vector<int> scan = {2, 3, 4, 5, 6, 7, 0};
+  ASSERT_TRUE(src.GetEach(1, scan, [](size_t, ExpertLease) { return absl::OkStatus(); }, FetchUse::kPrefill).ok());
+  const int64_t misses = src.Stats().misses;
+  for (int x : {0, 1}) ASSERT_TRUE(src.Get(1, x).ok());
+  EXPECT_EQ(src.Stats().misses, misses) << "a prefill scan evicted the decode working set";
+  // The same scan as decode fetches does evict them (what kPrefill prevents).
+  ASSERT_TRUE(src.GetEach(1, scan, [](size_t, ExpertLease) { return absl::OkStatus(); }, FetchUse::kDecode).ok());
+  const int64_t misses2 = src.Stats().misses;
+  ASSERT_TRUE(src.Get(1, 1).ok());
+  EXPECT_EQ(src.Stats().misses, misses2 + 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, BatchForward, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "glm" : "deepseek_v3"; });
 

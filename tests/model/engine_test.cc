@@ -166,7 +166,7 @@ class ReorderingSource : public ExpertSource {
  public:
   ReorderingSource(ExpertSource* inner, uint64_t seed) : inner_(inner), rng_(seed) {}
   absl::StatusOr<ExpertLease> Get(int layer, int expert) override { return inner_->Get(layer, expert); }
-  absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready) override {
+  absl::Status GetEach(int layer, std::span<const int> experts, const ExpertReady& ready, FetchUse) override {
     std::vector<std::pair<size_t, ExpertLease>> got;
     for (size_t i = 0; i < experts.size(); ++i) {
       auto l = inner_->Get(layer, experts[i]);

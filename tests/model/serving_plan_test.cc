@@ -55,6 +55,7 @@ class ServingPlanTest : public ::testing::Test {
     r.mem_gbps = 10;  // given: no measurement, deterministic
     r.disk_gbps = 2;
     r.process_overhead_bytes = 64 << 20;
+    r.prefill_pass_bytes = 8 << 20;  // planned prefill's pass: small, like the rest of this toy budget
     r.reserve_bytes = 0;
     return r;
   }
@@ -178,6 +179,11 @@ TEST_F(ServingPlanTest, JsonRoundTripAndModelCheck) {
   auto back = ParseServingPlan(p->ToJson(), "plan.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), p->ToJson());
+  // Planned prefill: the pass budget, capped at the context's rows, and the rows it holds.
+  EXPECT_GT(back->prefill_row_bytes, 0);
+  EXPECT_GT(back->prefill_pass_rows, 0);
+  EXPECT_EQ(back->prefill_pass_rows, back->prefill_pass_bytes / back->prefill_row_bytes);
+  EXPECT_LE(back->prefill_pass_bytes, int64_t{8} << 20);
   EXPECT_TRUE(CheckPlanMatchesModel(*back, p->model_dir).ok());
   auto other = CheckPlanMatchesModel(*back, (*dir_ / "b").string());
   ASSERT_FALSE(other.ok());
