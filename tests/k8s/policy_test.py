@@ -11,8 +11,8 @@
               /models lies in that mount;
   sockets     expertd's --socket lies in a hostPath directory that every inferd pod mounts at
               the same path, and inferd's expertd (config or flag) is that socket; every gateway
-              --worker is an inferd --listen of the same overlay, on a volume both containers
-              share (hostPath, or the pod's own volume) or a TCP port the worker pod declares;
+              --worker is an inferd --listen of the same overlay (and every inferd a gateway's
+              worker), on a volume both containers share (hostPath, or the pod's own volume) or a TCP port the worker pod declares;
   selectors   each workload's selector matches its own pod template, each Service / PDB /
               NetworkPolicy / InferencePool / affinity selector matches a pod template of the
               overlay, each ServiceMonitor a Service, each HTTPRoute backend a pool, no two
@@ -258,6 +258,14 @@ def check_sockets(o):
             o.bad(f"{where}: inferd does not mount hostPath {hostdir} at {mountdir} (expertd's socket directory)")
         for addr in flag_values(args, "listen"):
             listens[addr] = (where, t, c)
+    named = set()
+    for where, t, c, b, args in servers:
+        if b == "gateway":
+            for w in flag_values(args, "worker"):
+                named.add(w if w.startswith("unix:") else "$(POD_IP):" + w.rsplit(":", 1)[-1])
+    for addr, (lw, lt, lc) in sorted(listens.items()):
+        if addr not in named:
+            o.bad(f"{lw}: inferd listens on {addr}, which no gateway --worker names (a worker nobody uses)")
     for where, t, c, b, args in servers:
         if b != "gateway":
             continue
