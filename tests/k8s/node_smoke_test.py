@@ -169,7 +169,9 @@ def main():
     if not build or missing:
         print(f"SKIP: no built {', '.join(missing) or 'services'} in '{build}' (build the project first)")
         sys.exit(k.SKIP)
-    if os.geteuid() == 0 and shutil.which("unshare") and os.environ.get("MOE_K8S_SMOKE_NS") != "1":
+    can_ns = os.geteuid() == 0 and shutil.which("unshare") and \
+        subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode == 0
+    if can_ns and os.environ.get("MOE_K8S_SMOKE_NS") != "1":
         # A private mount namespace for the read-only bind mount of the model directory.
         r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, __file__, build],
                            env=dict(os.environ, MOE_K8S_SMOKE_NS="1"))
