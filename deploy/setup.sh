@@ -31,10 +31,14 @@ fi
 # Python packages used by the default test path (no torch here: oracle and
 # training scripts have their own requirements files and are run by hand).
 PY=${PYTHON:-python3}
-if ! $PY -c "import numpy, safetensors, ml_dtypes, jinja2, openai" 2>/dev/null; then
+if ! $PY -c "import numpy, safetensors, ml_dtypes, jinja2, openai, kubernetes_validate, yaml" 2>/dev/null ||
+   [ "$($PY -c 'import kubernetes_validate.version as v; print(v.__version__)' 2>/dev/null)" != 1.37.0 ]; then
   echo "[setup] pip install -r deploy/requirements-test.txt"
   $PY -m pip install -q -r deploy/requirements-test.txt
 fi
+# The renderer of deploy/k8s's goldens (kubectl v1.32.3 = kustomize v5.5.0) into .cache/kubectl/:
+# Debian 12 has none of that version (docs/KUBERNETES.md "Tests").
+PYTHON=$PY "$ROOT/tools/k8s/install_kubectl.sh"
 
 BUILD_DIR=build
 EXTRA=()

@@ -1,0 +1,142 @@
+"""Shared helpers of the deploy/k8s tests (tests/k8s/*_test.py, docs/KUBERNETES.md)."""
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OVERLAYS_DIR = os.path.join(ROOT, "deploy", "k8s", "overlays")
+GOLDEN_DIR = os.path.join(ROOT, "tests", "k8s", "golden")
+SCHEMA_DIR = os.path.join(ROOT, "tests", "k8s", "schemas")
+# The renderer the goldens were made with: kubectl's embedded kustomize. Other versions order
+# or format some output differently, so only this one is compared byte for byte.
+KUSTOMIZE_VERSION = "v5.5.0"
+PINNED_KUBECTL = os.path.join(ROOT, ".cache", "kubectl", "v1.32.3", "kubectl")
+SKIP = 77  # ctest SKIP_RETURN_CODE of the render test
+
+
+def overlays():
+    return sorted(d for d in os.listdir(OVERLAYS_DIR) if os.path.isfile(os.path.join(OVERLAYS_DIR, d, "kustomization.yaml")))
+
+
+def golden_path(overlay):
+    return os.path.join(GOLDEN_DIR, overlay + ".yaml")
+
+
+def load_docs(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def load_goldens():
+    """{overlay: [documents]} for every overlay; a missing golden is an error."""
+    out = {}
+    for o in overlays():
+        p = golden_path(o)
+        if not os.path.exists(p):
+            raise SystemExit(f"no golden {os.path.relpath(p, ROOT)} for overlay {o}: run tools/k8s/render_goldens.sh")
+        out[o] = load_docs(p)
+    return out
+
+
+def _kustomize_version(cmd, pattern):
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(pattern, r.stdout)
+    return m.group(1) if m else None
+
+
+def find_renderer():
+    """(argv prefix to render a directory, description) of a renderer with kustomize
+    KUSTOMIZE_VERSION, or (None, why not). Order: $MOE_KUBECTL, the pinned kubectl of
+    tools/k8s/install_kubectl.sh, kubectl on PATH, kustomize on PATH."""
+    tried = []
+    candidates = []
+    if os.environ.get("MOE_KUBECTL"):
+        candidates.append(("kubectl", os.environ["MOE_KUBECTL"]))
+    candidates.append(("kubectl", PINNED_KUBECTL))
+    for name in ("kubectl", "kustomize"):
+        for d in os.environ.get("PATH", "").split(os.pathsep):
+            p = os.path.join(d, name)
+            if os.path.isfile(p) and os.access(p, os.X_OK):
+                candidates.append((name, p))
+                break
+    for kind, path in candidates:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            tried.append(f"{path}: missing")
+            continue
+        if kind == "kubectl":
+            v = _kustomize_version([path, "version", "--client"], r"Kustomize Version:\s*(v\d+\.\d+\.\d+)")
+            render = [path, "kustomize"]
+        else:
+            v = _kustomize_version([path, "version"], r"(v\d+\.\d+\.\d+)")
+            render = [path, "build"]
+        if v == KUSTOMIZE_VERSION:
+            return render, f"{path} (kustomize {v})"
+        tried.append(f"{path}: kustomize {v or 'unknown'}, not {KUSTOMIZE_VERSION}")
+    return None, "; ".join(tried)
+
+
+def render(renderer, overlay):
+    r = subprocess.run(renderer + [os.path.join(OVERLAYS_DIR, overlay)], capture_output=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(renderer)} {overlay}: {r.stderr.decode(errors='replace')}")
+    return r.stdout
+
+
+def name_of(doc):
+    return f"{doc['kind']}/{doc['metadata']['name']}"
+
+
+def pod_templates(doc):
+    """(where, role, PodTemplateSpec) of every pod template in a workload document."""
+    k = doc["kind"]
+    if k in ("Deployment", "DaemonSet", "StatefulSet", "Job", "ReplicaSet"):
+        yield name_of(doc), None, doc["spec"]["template"]
+    elif k == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        if lwt.get("leaderTemplate"):
+            yield name_of(doc) + " leaderTemplate", "leader", lwt["leaderTemplate"]
+        yield name_of(doc) + " workerTemplate", "worker", lwt["workerTemplate"]
+
+
+def containers(pod_spec, init=True):
+    out = list(pod_spec.get("containers", []))
+    if init:
+        out += pod_spec.get("initContainers", [])
+    return out
+
+
+def expand(text, env):
+    """Kubernetes' $(VAR) expansion in command/args ($$ escapes); unknown stay as written."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def container_env(container, template, extra=None):
+    """The values of the container's env that a test can know: literal values and labels of the
+    pod template (fieldRef metadata.labels['k']); extra gives values for the rest (e.g. LWS's
+    group-index label, the pod IP)."""
+    labels = template.get("metadata", {}).get("labels", {})
+    env = dict(extra or {})
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+            m = re.fullmatch(r"metadata\.labels\['([^']+)'\]", ref)
+            if m and m.group(1) in labels:
+                env[e["name"]] = labels[m.group(1)]
+    return env
+
+
+def fail(problems, what):
+    if problems:
+        for p in problems:
+            print("FAIL:", p)
+        print(f"{what}: {len(problems)} problem(s)")
+        sys.exit(1)
