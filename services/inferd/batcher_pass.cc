@@ -76,6 +76,12 @@ void Batcher::AdvancePassSlice(Deliveries* out) {
   for (const auto& s : active_) others = others || (s && !s->in_pass && !WantsPass(*s));
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
+  const int64_t fetches0 = model_->expert_fetches();
+  auto count_fetches = [&] {
+    if (fetches0 < 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.expert_fetches += model_->expert_fetches() - fetches0;
+  };
   absl::Status st;
   while (st.ok() && !pass_->pass->layers_done()) {
     st = model_->AdvancePass(*pass_->pass, 1);
@@ -90,8 +96,12 @@ void Batcher::AdvancePassSlice(Deliveries* out) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.max_pass_slice_seconds = std::max(stats_.max_pass_slice_seconds, took);
   }
-  if (st.ok() && !pass_->pass->layers_done()) return;
+  if (st.ok() && !pass_->pass->layers_done()) {
+    count_fetches();
+    return;
+  }
   if (st.ok()) st = model_->FinishPass(*pass_->pass);
+  count_fetches();
   Step step = PassStep();
   for (Seq* m : pass_->seqs) m->in_pass = false;
   std::unique_ptr<PassRun> done = std::move(pass_);

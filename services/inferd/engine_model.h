@@ -54,6 +54,8 @@ class EngineModel final : public SequenceModel {
   // false: each item of a step runs its own forward (the unfused baseline
   // that benchmarks compare against; same tokens, more weight/expert reads).
   void set_batched_forward(bool on) { batched_forward_ = on; }
+  // The engine behind it (benchmarks: its expert source's counters, routing taps).
+  Engine& engine() { return *engine_; }
   void set_planned_pass_bytes(int64_t b) { planned_pass_bytes_ = b; }
   int64_t planned_pass_bytes() const override { return planned_pass_bytes_; }
   // Speculation: KvCache::Truncate rolls back; with MTP drafts on (inferd

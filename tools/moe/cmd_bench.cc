@@ -20,6 +20,7 @@ int RunBenchE2e(int argc, char** argv);
 int RunBenchIo(int argc, char** argv);
 int RunBenchKernels(int argc, char** argv);
 int RunBenchLease(int argc, char** argv);
+int RunBenchPrefill(int argc, char** argv);
 int RunBenchStructured(int argc, char** argv);
 int RunBenchTokenize(int argc, char** argv);
 int RunBenchChat(int argc, char** argv);
@@ -41,6 +42,8 @@ const BenchTarget kTargets[] = {
     {"io", "expertd miss path vs raw O_DIRECT reads; io_uring vs pread pool", RunBenchIo},
     {"kernels", "quantized matmul GB/s, GFLOP/s and ratio to measured memory bandwidth", RunBenchKernels},
     {"lease", "expertd: cost of leasing a cached expert from shared memory (+ RPC)", RunBenchLease},
+    {"prefill", "chunked vs planned (layer-major) prefill: TTFT, expert bytes vs distinct; returning conversations",
+     RunBenchPrefill},
     {"structured", "structured outputs: compile ms per schema, mask us per token, sampling with/without", RunBenchStructured},
     {"tokenize", "encode MB/s of the tokenizer vs Hugging Face tokenizers on the same corpus", RunBenchTokenize},
 };
