@@ -21,6 +21,7 @@ int RunBenchIo(int argc, char** argv);
 int RunBenchKernels(int argc, char** argv);
 int RunBenchLease(int argc, char** argv);
 int RunBenchPrefill(int argc, char** argv);
+int RunBenchSpec(int argc, char** argv);
 int RunBenchStructured(int argc, char** argv);
 int RunBenchTokenize(int argc, char** argv);
 int RunBenchChat(int argc, char** argv);
@@ -44,6 +45,8 @@ const BenchTarget kTargets[] = {
     {"lease", "expertd: cost of leasing a cached expert from shared memory (+ RPC)", RunBenchLease},
     {"prefill", "chunked vs planned (layer-major) prefill: TTFT, expert bytes vs distinct; returning conversations",
      RunBenchPrefill},
+    {"spec", "speculative decoding: off vs mtp vs ngram vs auto x K, one stream and S streams; planted acceptance",
+     RunBenchSpec},
     {"structured", "structured outputs: compile ms per schema, mask us per token, sampling with/without", RunBenchStructured},
     {"tokenize", "encode MB/s of the tokenizer vs Hugging Face tokenizers on the same corpus", RunBenchTokenize},
 };
