@@ -102,6 +102,13 @@ int64_t KvBytesPerToken(const ModelConfig& c, KvDtype dtype, bool index_q8) {
   return b;
 }
 
+int64_t MtpBytesPerToken(const ModelConfig& c, KvDtype dtype, bool index_q8) {
+  const int64_t e = dtype == KvDtype::kF32 ? 4 : 2;
+  int64_t b = (c.kv_lora_rank + c.qk_rope_head_dim) * e + c.hidden_size * 4;
+  if (c.has_indexer) b += index_q8 ? c.index_head_dim + 4 : c.index_head_dim * e;
+  return b;
+}
+
 KvCache::Q8Rows KvCache::IndexKeysQ8(int layer) const {
   const Layer& L = layers_[layer];
   return {reinterpret_cast<const int8_t*>(L.data[kIndexKey].data()), L.index_scales.data()};

@@ -126,5 +126,9 @@ int64_t KvBytesPerToken(const ModelConfig& c, KvDtype dtype, bool index_q8);
 // Of which the latents and rope keys (attention reads at most index_topk of
 // these per token; the indexer reads every index key).
 int64_t KvLatentBytesPerToken(const ModelConfig& c, KvDtype dtype);
+// Bytes one token adds to a sequence that keeps an MTP drafter (spec_mtp.h):
+// the MTP layer's own cache row (latent, rope key, index key) and the main
+// model's final-normed hidden state it drafts from (hidden_size f32).
+int64_t MtpBytesPerToken(const ModelConfig& c, KvDtype dtype, bool index_q8);
 
 }  // namespace moe

@@ -184,6 +184,12 @@ class EnginePass final : public SequenceModel::Pass {
 
 }  // namespace
 
+int64_t EngineModel::kv_bytes_per_token() const {
+  if (kv_per_token_ <= 0 || !mtp_drafts_) return kv_per_token_;
+  // The MTP drafter's rows are part of every sequence's state: admission counts them against the plan's KV.
+  return kv_per_token_ + MtpBytesPerToken(engine_->config(), engine_->NewCache().dtype(), engine_->index_q8());
+}
+
 int64_t EngineModel::pass_rows_for_bytes(int64_t budget_bytes) const {
   return PassRowsForBudget(engine_->config(), budget_bytes);
 }

@@ -45,7 +45,8 @@ class EngineModel final : public SequenceModel {
   // The expert source's health (RemoteExpertSource: expertd's session; thread-safe).
   absl::Status Health() override { return engine_->expert_source().Health(); }
   int64_t kv_budget_bytes() const override { return kv_budget_; }
-  int64_t kv_bytes_per_token() const override { return kv_per_token_; }
+  // The plan's KV per token, plus the MTP drafter's rows when drafts are on (MtpBytesPerToken).
+  int64_t kv_bytes_per_token() const override;
   // A serving plan's KV budget for this worker (0: none); see SequenceModel.
   void set_kv_budget(int64_t bytes, int64_t per_token) {
     kv_budget_ = bytes;
