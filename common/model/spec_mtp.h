@@ -18,8 +18,9 @@
 // The main model's hidden state of every fed position is kept (hidden_size
 // floats per token, counted in Bytes()): a prefix copy (inferd's prefix
 // cache) cut inside the MTP cache re-extends it from them at the next draft.
-// Stale: when hidden states are missing (a cache resumed from a file: its
-// earlier positions were never seen) Draft returns no drafts.
+// Stale: when hidden states are missing (a cache resumed from a KV file
+// without them: its earlier positions were never seen) Draft returns no
+// drafts; inferd's disk tier saves them with the state (Restore).
 // Thread safety: one sequence, one thread; the Model is shared read-only.
 #pragma once
 
@@ -50,6 +51,15 @@ class MtpDrafter {
     hidden_.clear();
   }
   const KvCache& cache() const { return mtp_; }
+  // The main model's hidden states it keeps (rows of positions [0, fed)).
+  const std::vector<float>& hidden() const { return hidden_; }
+  // A drafter resumed from saved parts (inferd's prefix disk tier): the MTP
+  // cache and the hidden rows another drafter of this model had. Not stale.
+  void Restore(KvCache mtp, std::vector<float> hidden) {
+    mtp_ = std::move(mtp);
+    hidden_ = std::move(hidden);
+    stale_ = false;
+  }
   int64_t Bytes() const { return mtp_.Bytes() + static_cast<int64_t>(hidden_.size() * sizeof(float)); }
 
  private:

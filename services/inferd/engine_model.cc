@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "services/inferd/engine_identity.h"
+#include "common/format/crc32c.h"
 #include "common/model/pass_memory.h"
 #include "common/model/spec_mtp.h"
 
@@ -48,13 +49,66 @@ absl::StatusOr<std::string> EngineModel::StateIdentity() const {
   return identity_;
 }
 
+// A state on disk: the KV cache's own file bytes, or (with an MTP drafter
+// that covers the state) a frame that adds the drafter's hidden rows and MTP
+// cache, so a resumed sequence drafts at once:
+//   "MOESEQ02" | u64 kv_len | kv bytes | u64 hidden floats | f32 x that | u64 mtp_len | mtp bytes | crc32c (masked)
+// A bare KV file (the older form, or a state without a drafter) still parses.
+namespace {
+constexpr char kSeqMagic[8] = {'M', 'O', 'E', 'S', 'E', 'Q', '0', '2'};
+
+void PutU64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+bool GetU64(std::string_view b, size_t& off, uint64_t* v) {
+  if (b.size() - off < 8) return false;
+  std::memcpy(v, b.data() + off, 8);
+  off += 8;
+  return true;
+}
+}  // namespace
+
 absl::StatusOr<std::string> EngineModel::SerializeState(const SeqState& state) const {
-  return static_cast<const EngineState&>(state).cache.Serialize();
+  const auto& s = static_cast<const EngineState&>(state);
+  std::string kv = s.cache.Serialize();
+  const int64_t H = engine_->config().hidden_size;
+  if (!s.mtp || s.mtp->stale() || static_cast<int64_t>(s.mtp->hidden().size()) != s.cache.length() * H) return kv;
+  std::string mtp = s.mtp->cache().Serialize();
+  std::string out(kSeqMagic, 8);
+  PutU64(out, kv.size());
+  out += kv;
+  PutU64(out, s.mtp->hidden().size());
+  out.append(reinterpret_cast<const char*>(s.mtp->hidden().data()), s.mtp->hidden().size() * sizeof(float));
+  PutU64(out, mtp.size());
+  out += mtp;
+  const uint32_t crc = crc32c::Mask(crc32c::Value(out.data(), out.size()));
+  out.append(reinterpret_cast<const char*>(&crc), 4);
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::ParseState(std::string_view bytes,
                                                                    const std::string& label) const {
-  MOE_ASSIGN_OR_RETURN(KvCache c, KvCache::Parse(bytes, label));
+  std::string_view kv_bytes = bytes, mtp_bytes;
+  std::vector<float> hidden;
+  const bool framed = bytes.size() >= 8 && std::memcmp(bytes.data(), kSeqMagic, 8) == 0;
+  if (framed) {
+    auto bad = [&](const char* why) { return absl::DataLossError(absl::StrCat(label, ": ", why)); };
+    if (bytes.size() < 8 + 4) return bad("truncated state");
+    uint32_t crc;
+    std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+    if (crc32c::Mask(crc32c::Value(bytes.data(), bytes.size() - 4)) != crc) return bad("state checksum mismatch");
+    const std::string_view b = bytes.substr(0, bytes.size() - 4);
+    size_t off = 8;
+    uint64_t n = 0;
+    if (!GetU64(b, off, &n) || n > b.size() - off) return bad("truncated KV section");
+    kv_bytes = b.substr(off, n);
+    off += n;
+    if (!GetU64(b, off, &n) || n > (b.size() - off) / sizeof(float)) return bad("truncated hidden-state section");
+    hidden.resize(n);
+    std::memcpy(hidden.data(), b.data() + off, n * sizeof(float));
+    off += n * sizeof(float);
+    if (!GetU64(b, off, &n) || n != b.size() - off) return bad("bad MTP cache section");
+    mtp_bytes = b.substr(off, n);
+  }
+  MOE_ASSIGN_OR_RETURN(KvCache c, KvCache::Parse(kv_bytes, label));
   // The identity already says which model wrote it; the layout is checked anyway.
   const KvCache want = engine_->NewCache();
   bool same = c.num_layers() == want.num_layers() && c.dtype() == want.dtype() && c.index_q8() == want.index_q8();
@@ -68,9 +122,21 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::ParseState(std::string_vi
   }
   c.set_pending_token(-1);
   auto out = std::make_unique<EngineState>(std::move(c));
-  if (mtp_drafts_) {  // as for a prefix copy: no hidden states for the loaded prefix
+  if (mtp_drafts_) {
     out->mtp.emplace(engine_->model(), out->cache.dtype(), engine_->index_q8());
-    out->mtp->MarkStale();
+    const int64_t H = engine_->config().hidden_size;
+    bool restored = false;
+    if (framed && static_cast<int64_t>(hidden.size()) == out->cache.length() * H) {
+      auto m = KvCache::Parse(mtp_bytes, label + " (MTP cache)");
+      const KvCache fresh = out->mtp->cache();
+      if (m.ok() && m->num_layers() == fresh.num_layers() && m->width(KvCache::kLatent) == fresh.width(KvCache::kLatent) &&
+          m->width(KvCache::kIndexKey) == fresh.width(KvCache::kIndexKey) && m->dtype() == fresh.dtype() &&
+          m->length() <= out->cache.length()) {
+        out->mtp->Restore(std::move(*m), std::move(hidden));
+        restored = true;
+      }
+    }
+    if (!restored) out->mtp->MarkStale();  // as for a prefix copy: no hidden states for the loaded prefix
   }
   return out;
 }
