@@ -53,6 +53,17 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
   for (size_t g = 0; g < segs.size(); ++g) {
     Seg& sg = segs[g];
     const int64_t P0 = P0s[g], T = P0 + sg.S;
+    if (sg.share) {
+      // A later MTP draft step: the round's step-0 selection plus what came after it.
+      sg.topk.valid = true;
+      sg.topk.keys.assign(sg.S, {});
+      for (int64_t s = 0; s < sg.S; ++s) {
+        auto& sel = sg.topk.keys[s];
+        sel = *sg.share;
+        for (int64_t t = sg.share_pos + 1; t <= P0 + s; ++t) sel.push_back(static_cast<int32_t>(t));
+      }
+      continue;
+    }
     const bool q8 = sg.cache->index_q8() && kernels_ != nullptr;
     std::vector<float> keys;  // exact keys (the KV dtype's values)
     if (!q8) {
@@ -72,6 +83,7 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
         std::iota(sel.begin(), sel.end(), 0);
         continue;
       }
+      if (profile_) ++profile_->indexer_scored_rows;
       if (q8) {
         ScoreQ8(q.data() + r * ih * id, w.data() + r * ih, *sg.cache, cache_layer, n_causal, dots, score.data());
       } else {

@@ -83,6 +83,7 @@ struct StepProfile {
   double routed_experts = 0;  // routed expert compute (fetch excluded)
   double expert_fetch = 0;    // waiting for routed experts (ExpertSource::GetEach)
   double lm_head = 0;         // final norm + LM head
+  int64_t indexer_scored_rows = 0;  // rows whose keys the indexer scored (more cached keys than index_topk)
   double total = 0;           // whole forwards
   int64_t forwards = 0, rows = 0;
   double Other() const {
@@ -205,8 +206,18 @@ class Model {
   // MTP layer over slots: row j takes hidden[j] (main model's final-normed
   // hidden state, or a previous MTP `out` for recursive drafts) and
   // next_ids[j], at positions mtp_cache.length() + j.
+  // index_share_for_mtp_iteration (MODEL_SPEC section 5): `share` set makes
+  // every row select share->keys plus the positions after share->pos instead
+  // of scoring its keys (the MTP layer's own step-0 top-k, reused by the later
+  // draft steps of a round); `topk_out` (optional) receives the last row's
+  // selected keys and position (what a round's step 0 passes on).
+  struct IndexShare {
+    std::vector<int32_t> keys;
+    int64_t pos = -1;
+  };
   absl::StatusOr<MtpResult> MtpForward(std::span<const float> hidden, std::span<const int32_t> next_ids,
-                                       KvCache& mtp_cache) const;
+                                       KvCache& mtp_cache, const IndexShare* share = nullptr,
+                                       IndexShare* topk_out = nullptr) const;
 
  private:
   struct TopK;

@@ -34,6 +34,11 @@ struct Model::Seg {
   int64_t S = 0;     // rows
   bool prefill = false;  // BatchSeq::prefill
   TopK topk;
+  // index_share_for_mtp_iteration (MtpForward's `share`): the indexer keeps its
+  // keys but selects, for every row, these keys (the round's step-0 top-k) plus
+  // every position after share_pos, instead of scoring.
+  const std::vector<int32_t>* share = nullptr;
+  int64_t share_pos = 0;
 };
 
 struct ForwardPass::State {

@@ -16,7 +16,8 @@
 namespace moe {
 
 absl::StatusOr<MtpResult> Model::MtpForward(std::span<const float> hidden, std::span<const int32_t> next_ids,
-                                            KvCache& mtp_cache) const {
+                                            KvCache& mtp_cache, const IndexShare* share,
+                                            IndexShare* topk_out) const {
   const ModelConfig& c = config_;
   if (!weights_->mtp) return absl::FailedPreconditionError("the checkpoint has no MTP layer");
   const int64_t S = static_cast<int64_t>(next_ids.size()), H = c.hidden_size, V = c.vocab_size;
@@ -42,7 +43,21 @@ absl::StatusOr<MtpResult> Model::MtpForward(std::span<const float> hidden, std::
   Seg seg;
   seg.cache = &mtp_cache;
   seg.S = S;
+  if (share) {
+    seg.share = &share->keys;
+    seg.share_pos = share->pos;
+  }
+  const int64_t P0 = mtp_cache.length();
   MOE_RETURN_IF_ERROR(DecoderLayer(m.layer, c.num_hidden_layers, z.data(), S, std::span<Seg>(&seg, 1), 0));
+  if (topk_out) {
+    topk_out->pos = P0 + S - 1;
+    if (seg.topk.valid && !seg.topk.keys.empty()) {
+      topk_out->keys = seg.topk.keys.back();
+    } else {  // no indexer: every causal key
+      topk_out->keys.resize(P0 + S);
+      std::iota(topk_out->keys.begin(), topk_out->keys.end(), 0);
+    }
+  }
   MtpResult r;
   r.rows = S;
   r.out = z;

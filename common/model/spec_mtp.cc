@@ -39,13 +39,16 @@ absl::StatusOr<std::vector<int32_t>> MtpDrafter::Draft(std::span<const int32_t> 
   // Extend over slots M..P-1: (h_j, t_{j+1}), the last with `next`.
   std::vector<int32_t> ids(tokens.begin() + M + 1, tokens.end());
   ids.push_back(next);
-  MOE_ASSIGN_OR_RETURN(MtpResult m,
-                       model_->MtpForward(std::span<const float>(hidden_).subspan(M * H, rows * H), ids, mtp_));
+  // index_share_for_mtp_iteration: the later steps of this round reuse step 0's top-k.
+  const bool share = c.index_share_for_mtp_iteration && c.has_indexer;
+  Model::IndexShare step0;
+  MOE_ASSIGN_OR_RETURN(MtpResult m, model_->MtpForward(std::span<const float>(hidden_).subspan(M * H, rows * H), ids,
+                                                       mtp_, nullptr, share ? &step0 : nullptr));
   drafts.push_back(Argmax(m.logits.data() + (rows - 1) * V, V));
   std::vector<float> u(m.out.end() - H, m.out.end());
   while (static_cast<int>(drafts.size()) < k && mtp_.length() < c.max_position_embeddings) {
     const int32_t one[1] = {drafts.back()};
-    MOE_ASSIGN_OR_RETURN(MtpResult r, model_->MtpForward(u, one, mtp_));
+    MOE_ASSIGN_OR_RETURN(MtpResult r, model_->MtpForward(u, one, mtp_, share ? &step0 : nullptr));
     drafts.push_back(Argmax(r.logits.data(), V));
     u.assign(r.out.begin(), r.out.end());
   }

@@ -13,8 +13,11 @@
 // those recursive rows are dropped from the MTP cache again, so it only ever
 // holds committed slots. Drafts are greedy (argmax): deterministic, so the
 // acceptance rule of common/sampling/spec.h is lossless for sampling too.
-// The MTP layer's own indexer runs on every row (index_share_for_mtp_iteration
-// is not applied: it only saves indexer work within a round).
+// The MTP layer's own indexer scores every extended slot; with the config's
+// index_share_for_mtp_iteration (GLM-5.2) the recursive draft steps of a round
+// reuse the round's step-0 selection (plus the positions drafted since)
+// instead of scoring: the MTP layer's own top-k, never the target's (MODEL_SPEC
+// section 5).
 // The main model's hidden state of every fed position is kept (hidden_size
 // floats per token, counted in Bytes()): a prefix copy (inferd's prefix
 // cache) cut inside the MTP cache re-extends it from them at the next draft.
