@@ -241,6 +241,16 @@ int RunBenchPrefill(int argc, char** argv) {
       cold = Once(b, **m, second, "cold");
     }
     {
+      // RAM: the first turn, then the returning one, on one worker.
+      auto m = open();
+      if (!m.ok()) return Fail("bench prefill", m.status());
+      inferd::Batcher b(m->get(), planned);
+      Served t1 = Once(b, **m, first, "turn1");
+      if (!t1.status.ok()) return Fail("bench prefill", t1.status);
+      ram = Once(b, **m, second, "ram");
+    }
+    {
+      // Disk: a worker with the tier serves only the first turn, then goes away.
       auto m = open();
       if (!m.ok()) return Fail("bench prefill", m.status());
       auto bc = with_tier(*m);
@@ -248,7 +258,6 @@ int RunBenchPrefill(int argc, char** argv) {
       inferd::Batcher b(m->get(), *bc);
       Served t1 = Once(b, **m, first, "turn1");
       if (!t1.status.ok()) return Fail("bench prefill", t1.status);
-      ram = Once(b, **m, second, "ram");
       b.Shutdown();  // the spills still waiting are written
     }
     {
