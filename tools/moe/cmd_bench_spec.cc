@@ -22,7 +22,8 @@
 //    fed with the measured step costs and acceptance). With --expertd and
 //    --budgets, each budget (percent of the routed-expert bytes) is set on
 //    the running expertd (admin SetBudget) before its configurations.
-// Repeats alternate the configuration order (forward, then reversed); the
+// Planted runs start each budget with one untimed `off` run (the cache's
+// refill after SetBudget). Repeats alternate the configuration order (forward, then reversed); the
 // median and the spread (min..max) of tok/s are reported, and each
 // configuration's ratio to `off` of the same repeat.
 #include <algorithm>
@@ -318,6 +319,11 @@ int RunBenchSpec(int argc, char** argv) {
         (void)set;
       }
       for (int S : streams) {
+        // Warm-up (untimed): the first configuration after a budget change would otherwise pay the refill.
+        if (planted) {
+          absl::StatusOr<Result> w = Planted(*e, p.ids, ref, tokens, configs[0], acc, 999);
+          if (!w.ok()) return Annotate(w.status(), "warm-up");
+        }
         std::vector<std::vector<Result>> res(configs.size());
         for (int rep = 0; rep < repeats; ++rep) {
           for (size_t j = 0; j < configs.size(); ++j) {
