@@ -3,7 +3,12 @@
 // trace with GLM-5 shapes) through plain LRU, expertd's policy and Belady's
 // offline optimum with the same number of slots (budget / expert bytes);
 // reports hit rates and the share of the LRU-to-Belady gap our policy closes.
+// --decision-cost: instead, times the policy's eviction decisions as the
+// replay makes them at 2, 5 and 10% of the trace's experts (--repeats N
+// replays each; median [min..max] ns per decision).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +20,75 @@
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
+namespace {
+
+// --decision-cost: the heat order's eviction decisions timed as the replay
+// makes them (HeatPolicy::EvictFirst, the victim dropped from the policy's
+// index; timer overhead taken off), at 2, 5 and 10% of the keys, `repeats`
+// replays each; also the policy's per-access work and, on the final state,
+// one decision vs the scan it replaced (one Score per resident).
+int DecisionCost(const expertstore::RoutingTrace& t, uint64_t keys, const expertstore::PolicyConfig& pc,
+                 expertstore::ReplayOptions ro, int repeats, bool json) {
+  using namespace expertstore;
+  ro.time_policy = true;
+  struct Spread {
+    double median, min, max;
+  };
+  auto spread = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return Spread{n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
+  };
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json)
+    std::printf("eviction decisions of the heat order, %u layers x %u experts = %llu keys, %u tokens, %d replays each:\n",
+                t.num_layers, t.num_experts, (unsigned long long)keys, t.num_tokens, repeats);
+  for (double frac : {0.02, 0.05, 0.10}) {
+    const uint64_t slots = std::max<uint64_t>(1, uint64_t(std::llround(frac * double(keys))));
+    std::vector<double> evict, touch, final_dec, final_scan;
+    uint64_t decisions = 0;
+    double timer = 0, hit_rate = 0;
+    for (int rep = 0; rep < repeats; ++rep) {
+      const SimResult x = SimulateHeat(t, slots, pc, ro);
+      evict.push_back(x.evict_ns);
+      touch.push_back(x.touch_ns);
+      final_dec.push_back(x.decision_ns);
+      final_scan.push_back(x.scan_ns);
+      decisions = x.decisions;
+      timer = x.timer_ns;
+      hit_rate = x.hit_rate();
+    }
+    const Spread e = spread(evict), a = spread(touch), d = spread(final_dec), sc = spread(final_scan);
+    auto js = [](const Spread& s) { return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}}; };
+    rows.push_back({{"budget_fraction", frac},
+                    {"slots", slots},
+                    {"decisions_per_replay", decisions},
+                    {"hit_rate", hit_rate},
+                    {"decision_ns", js(e)},
+                    {"touch_ns", js(a)},
+                    {"final_state_decision_ns", js(d)},
+                    {"final_state_scan_ns", js(sc)},
+                    {"timer_ns", timer}});
+    if (!json)
+      std::printf("  %4.0f%% (%llu slots): %.0f ns per decision [%.0f..%.0f] over %llu decisions a replay; "
+                  "per access %.0f ns [%.0f..%.0f]; final state: decision %.0f ns, one Score per resident %.0f ns "
+                  "(timer %.0f ns taken off)\n",
+                  100 * frac, (unsigned long long)slots, e.median, e.min, e.max, (unsigned long long)decisions,
+                  a.median, a.min, a.max, d.median, sc.median, timer);
+  }
+  if (json)
+    std::printf("%s\n", nlohmann::json{{"layers", t.num_layers},
+                                       {"experts", t.num_experts},
+                                       {"keys", keys},
+                                       {"tokens", t.num_tokens},
+                                       {"repeats", repeats},
+                                       {"budgets", rows}}
+                            .dump(1)
+                            .c_str());
+  return 0;
+}
+
+}  // namespace
 
 int RunBenchCache(int argc, char** argv) {
   using namespace expertstore;
@@ -25,7 +99,8 @@ int RunBenchCache(int argc, char** argv) {
   double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
-  bool row_leases = false, recorded_lookahead = false, quick = false;
+  bool row_leases = false, recorded_lookahead = false, quick = false, decision_cost = false;
+  int64_t repeats = 7;
   std::string near_future_s, informed_weights_s = "3";
   double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
@@ -67,6 +142,10 @@ int RunBenchCache(int argc, char** argv) {
                   "synthetic: the informed bound's rules q + w p to try (the best is reported), e.g. 0,0.5,1,3");
   flags.AddString("near-future", &near_future_s,
                   "reference: our policy told the true routing of the next N rows (token x layer), e.g. 1,8,75");
+  flags.AddBool("decision-cost", &decision_cost,
+               "time the heat order's eviction decisions at 2, 5 and 10% of the trace's experts instead (GLM-5's "
+               "19,456: --synthetic --layers 76); --budget not needed");
+  flags.AddInt("repeats", &repeats, "--decision-cost: replays per budget (median and spread over them)");
 
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
@@ -75,7 +154,7 @@ int RunBenchCache(int argc, char** argv) {
   }
   if (trace_path.empty() == !synthetic)
     return Fail("bench cache", absl::InvalidArgumentError("give exactly one of --trace FILE or --synthetic"));
-  if (budget == 0 || expert_bytes == 0)
+  if ((budget == 0 && !decision_cost) || expert_bytes == 0)
     return Fail("bench cache", absl::InvalidArgumentError("--budget and --expert-bytes must be > 0"));
   if (synthetic && (layers < 1 || experts < 1 || experts > 65536 || tokens < 1))
     return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat(
@@ -88,6 +167,8 @@ int RunBenchCache(int argc, char** argv) {
                                                                        lookahead, ")")));
   if (harvest_every < 0 || !(learn_rate >= 0))
     return Fail("bench cache", absl::InvalidArgumentError("--harvest-every and --learn-rate must be >= 0"));
+  if (repeats < 1 || repeats > 1000)
+    return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat("--repeats must be in [1, 1000] (got ", repeats, ")")));
   RoutingTrace t;
   SyntheticTraceConfig c;
   if (synthetic) {
@@ -140,6 +221,7 @@ int RunBenchCache(int argc, char** argv) {
   pc.steady_tokens = steady;
   pc.learned = false;
   const ReplayOptions ro{.sample = cands, .harvest_every = static_cast<uint64_t>(harvest_every), .row_leases = row_leases};
+  if (decision_cost) return DecisionCost(t, keys, pc, ro, int(repeats), json);
   auto lru = SimulateLru(t, slots);
   auto ours = SimulateHeat(t, slots, pc, ro);  // expertd's default order: the heat score
   pc.learned = true;
