@@ -187,8 +187,8 @@ void HeatPolicy::Filled(uint32_t key) {
   if (pos_[key] >= 0) return Rerank(key);
   auto& m = members_[key / num_experts_];
   rank_[key] = HeatScore(key);
-  size_t i = size_t(std::upper_bound(m.begin(), m.end(), key, [this](uint32_t a, uint32_t b) { return RankedBefore(a, b); }) -
-                    m.begin());
+  auto before = [this](uint32_t a, uint32_t b) { return RankedBefore(a, b); };
+  const size_t i = size_t(std::upper_bound(m.begin(), m.end(), key, before) - m.begin());
   m.insert(m.begin() + long(i), key);
   for (size_t j = i; j < m.size(); ++j) pos_[m[j]] = int32_t(j);
   ++num_resident_;

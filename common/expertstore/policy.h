@@ -341,7 +341,9 @@ int64_t HeatPolicy::EvictFirst(Take&& take) {
     const int r = offer(first, Score(first));
     if (r != 0) return r > 0 ? int64_t(first) : -1;
   }
-  auto hotter = [](const Head& a, const Head& b) { return a.score > b.score || (a.score == b.score && a.last > b.last); };
+  auto hotter = [](const Head& a, const Head& b) {
+    return a.score > b.score || (a.score == b.score && a.last > b.last);
+  };
   for (int pass = 0; pass < 2; ++pass) {
     auto next = [&](uint32_t layer, uint32_t i) {  // first eligible index >= i (the winner already offered)
       const auto& m = members_[layer];

@@ -202,7 +202,8 @@ int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative
   const uint32_t num_experts = table_.num_experts();
   int64_t slab = -1;
   policy_.EvictFirst([&](uint32_t pk, double score) {
-    const uint32_t sp1 = table_.entry(int(pk / num_experts), int(pk % num_experts)).slab_plus1.load(std::memory_order_relaxed);
+    const auto& e = table_.entry(int(pk / num_experts), int(pk % num_experts));
+    const uint32_t sp1 = e.slab_plus1.load(std::memory_order_relaxed);
     if (sp1 == 0) return HeatPolicy::Offer::kBusy;
     const uint32_t s = sp1 - 1;
     if (s < c.first_slab || s >= c.first_slab + c.num_slabs) return HeatPolicy::Offer::kBusy;

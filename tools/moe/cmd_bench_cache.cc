@@ -41,7 +41,8 @@ int DecisionCost(const expertstore::RoutingTrace& t, uint64_t keys, const expert
   };
   nlohmann::json rows = nlohmann::json::array();
   if (!json)
-    std::printf("eviction decisions of the heat order, %u layers x %u experts = %llu keys, %u tokens, %d replays each:\n",
+    std::printf("eviction decisions of the heat order, %u layers x %u experts = %llu keys, %u tokens, %d replays "
+                "each:\n",
                 t.num_layers, t.num_experts, (unsigned long long)keys, t.num_tokens, repeats);
   for (double frac : {0.02, 0.05, 0.10}) {
     const uint64_t slots = std::max<uint64_t>(1, uint64_t(std::llround(frac * double(keys))));
@@ -168,7 +169,8 @@ int RunBenchCache(int argc, char** argv) {
   if (harvest_every < 0 || !(learn_rate >= 0))
     return Fail("bench cache", absl::InvalidArgumentError("--harvest-every and --learn-rate must be >= 0"));
   if (repeats < 1 || repeats > 1000)
-    return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat("--repeats must be in [1, 1000] (got ", repeats, ")")));
+    return Fail("bench cache",
+                absl::InvalidArgumentError(absl::StrCat("--repeats must be in [1, 1000] (got ", repeats, ")")));
   RoutingTrace t;
   SyntheticTraceConfig c;
   if (synthetic) {
