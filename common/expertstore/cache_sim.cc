@@ -26,6 +26,7 @@ class ResidentSet {
     pos_[k] = int64_t(keys_.size());
     keys_.push_back(k);
   }
+  void Remove(uint32_t k) { RemoveAt(size_t(pos_[k])); }
   void RemoveAt(size_t i) {
     pos_[keys_[i]] = -1;
     if (i + 1 != keys_.size()) {
@@ -169,9 +170,13 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, co
   ResidentSet res(size_t(t.num_layers) * t.num_experts);
   std::vector<uint32_t> unseen_hits(harvest_every ? size_t(t.num_layers) * t.num_experts : 0, 0);
   std::mt19937_64 rng(7);
+  using Clock = std::chrono::steady_clock;
+  double touch_ns = 0, evict_ns = 0;
   auto touch = [&](uint32_t k, double count) {
+    const auto t0 = o.time_policy ? Clock::now() : Clock::time_point{};
     p.Touch(k, count);
     if (res.size()) p.Observe(res.at(rng() % res.size()));  // a resident key to learn from
+    if (o.time_policy) touch_ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
   };
   const size_t K = std::max<uint32_t>(1, t.top_k);
   for (uint32_t k : t.keys) {
@@ -193,22 +198,46 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, co
     touch(k, 1);
     if (slots == 0) continue;
     if (res.size() >= slots) {
-      size_t v;
-      if (row_leases) {  // the row's keys are leased: never victims (slots >= top_k)
-        const size_t row0 = (r.accesses - 1) / K * K, row1 = std::min(t.keys.size(), row0 + K);
-        auto leased = [&](uint32_t q) { return std::find(&t.keys[row0], &t.keys[row1], q) != &t.keys[row1]; };
-        v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) {
+      const size_t row0 = (r.accesses - 1) / K * K, row1 = std::min(t.keys.size(), row0 + K);
+      // Row leases: the row's keys are never victims (slots >= top_k).
+      auto leased = [&](uint32_t q) {
+        return row_leases && std::find(&t.keys[row0], &t.keys[row1], q) != &t.keys[row1];
+      };
+      if (!c.learned) {  // expertd's decision: the policy's exact order over every resident
+        const auto t0 = o.time_policy ? Clock::now() : Clock::time_point{};
+        const int64_t v = p.EvictFirst([&](uint32_t q, double) {
+          return leased(q) ? HeatPolicy::Offer::kBusy : HeatPolicy::Offer::kTaken;
+        });
+        if (o.time_policy) {
+          evict_ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+          ++r.decisions;
+        }
+        if (v >= 0) res.Remove(uint32_t(v));
+      } else {
+        const size_t v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) {
           const bool la = leased(a), lb = leased(b);
           return la != lb ? lb : p.EvictBefore(a, b);
         });
-      } else {
-        v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) { return p.EvictBefore(a, b); });
+        p.Evicted(res.at(v));
+        res.RemoveAt(v);
       }
-      p.Evicted(res.at(v));
-      res.RemoveAt(v);
     }
     res.Add(k);
     p.Filled(k);
+  }
+  if (o.time_policy) {
+    // What a timed call reads with nothing inside (two back-to-back
+    // steady_clock reads), taken off every timed call.
+    constexpr int kPairs = 100000;
+    double pairs = 0;
+    for (int i = 0; i < kPairs; ++i) {
+      const auto a = Clock::now();
+      pairs += std::chrono::duration<double, std::nano>(Clock::now() - a).count();
+    }
+    const double pair_ns = pairs / kPairs;
+    r.timer_ns = pair_ns;
+    r.touch_ns = r.accesses ? std::max(0.0, touch_ns / double(r.accesses) - pair_ns) : 0.0;
+    r.evict_ns = r.decisions ? std::max(0.0, evict_ns / double(r.decisions) - pair_ns) : 0.0;
   }
   if (c.learned) r.weights.assign(p.weights(), p.weights() + HeatPolicy::kFeatures);
   r.heat = p.Snapshot(kReplayModelId);
@@ -216,27 +245,35 @@ SimResult SimulateHeat(const RoutingTrace& t, uint64_t slots, PolicyConfig c, co
   double sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int rep = 0; rep < 8; ++rep)
-    for (uint32_t k = 0; k < n; ++k) sink += p.Score(k);
+    for (uint32_t k = 0; k < n; ++k) sink += c.learned ? p.Score(k) : p.LiveScore(k);
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   r.score_ns = n ? ns / (8.0 * n) : 0.0;
   if (res.size() > 0) {
-    const int reps = std::max<int>(4, int(2000000 / res.size()));
-    uint64_t pick = 0;
+    // One decision on the final state as expertd makes it (EvictFirst; the
+    // key offered first is refused with kStop, so nothing changes), and the
+    // scan it replaced (one Score per resident, the lowest taken).
+    const int reps = std::max<int>(64, int(2000000 / res.size()));
+    int64_t pick = 0;
     const auto d0 = std::chrono::steady_clock::now();
-    for (int rep = 0; rep < reps; ++rep) {  // one Score per candidate, as ExpertStore::AllocateLocked
+    for (int rep = 0; rep < reps; ++rep)
+      pick += p.EvictFirst([](uint32_t, double) { return HeatPolicy::Offer::kStop; });
+    const auto d1 = std::chrono::steady_clock::now();
+    auto score = [&](uint32_t k) { return c.learned ? p.Score(k) : p.LiveScore(k); };
+    for (int rep = 0; rep < reps / 16 + 1; ++rep) {
       size_t best = 0;
-      double best_score = p.Score(res.at(0));
+      double best_score = score(res.at(0));
       for (size_t j = 1; j < res.size(); ++j) {
-        const double sc = p.Score(res.at(j));
+        const double sc = score(res.at(j));
         if (sc < best_score || (sc == best_score && p.last_access(res.at(j)) < p.last_access(res.at(best)))) {
           best = j;
           best_score = sc;
         }
       }
-      pick += best;
+      pick += int64_t(best);
     }
-    r.decision_ns =
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - d0).count() / double(reps);
+    const auto d2 = std::chrono::steady_clock::now();
+    r.decision_ns = std::chrono::duration<double, std::nano>(d1 - d0).count() / double(reps);
+    r.scan_ns = std::chrono::duration<double, std::nano>(d2 - d1).count() / double(reps / 16 + 1);
     r.decision_candidates = res.size();
     sink += double(pick);
   }
@@ -282,8 +319,7 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass) {
   return r;
 }
 
-SimResult SimulateNearFuture(const RoutingTrace& t, uint64_t slots, uint64_t future_rows, PolicyConfig c,
-                             int sample) {
+SimResult SimulateNearFuture(const RoutingTrace& t, uint64_t slots, uint64_t future_rows, PolicyConfig c) {
   SimResult r;
   c.accesses_per_token = AccessesPerToken(t);
   HeatPolicy p(t.num_layers, t.num_experts, c);
@@ -315,15 +351,22 @@ SimResult SimulateNearFuture(const RoutingTrace& t, uint64_t slots, uint64_t fut
       // The window ends with the last access of row (current row + future_rows).
       const uint64_t end = std::min<uint64_t>(n, (i / K + 1 + future_rows) * K);
       auto seen_soon = [&](uint32_t q) { return next_use[q] < end; };
-      size_t v = PickVictim(res, sample, rng, [&](uint32_t a, uint32_t b) {
-        const bool sa = seen_soon(a), sb = seen_soon(b);
-        if (sa != sb) return sb;                          // a unused in the window: evict it first
-        if (sa) return next_use[a] > next_use[b];          // both used: the later one
-        return p.EvictBefore(a, b);                        // neither: our order
+      // Our order (EvictFirst, as expertd) over the keys unused in the
+      // window; if every resident is used in it, the one used last.
+      int64_t latest = -1;
+      int64_t v = p.EvictFirst([&](uint32_t q, double) {
+        if (!seen_soon(q)) return HeatPolicy::Offer::kTaken;
+        if (latest < 0 || next_use[q] > next_use[uint32_t(latest)]) latest = q;
+        return HeatPolicy::Offer::kBusy;
       });
-      res.RemoveAt(v);
+      if (v < 0 && latest >= 0) {
+        v = latest;
+        p.Evicted(uint32_t(v));
+      }
+      if (v >= 0) res.Remove(uint32_t(v));
     }
     res.Add(k);
+    p.Filled(k);
   }
   return r;
 }

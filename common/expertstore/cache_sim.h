@@ -50,23 +50,32 @@ struct SimResult {
   std::vector<double> weights;  // SimulateHeat, learned order: the model's final weights
   std::string heat;             // SimulateHeat: the policy's persisted state at the end
   absl::Status status;          // SimulateHeat: a warm state that could not be restored
-  // SimulateHeat: what the policy's order costs per eviction candidate (ns
-  // per Score, all keys scored 8 times on the final state): expertd scores
-  // every unpinned ready slab of the size class on each miss.
+  // SimulateHeat: what one score costs (ns per key, all keys scored 8 times
+  // on the final state; heat: LiveScore, what a re-rank pays per key).
   double score_ns = 0;
-  // SimulateHeat: one exact eviction decision on the final state (score
-  // every resident key, take the lowest), as expertd makes per miss: ns per
-  // decision and the candidates it scanned.
-  double decision_ns = 0;
+  // SimulateHeat: one eviction decision on the final state as expertd makes
+  // it per miss (HeatPolicy::EvictFirst up to the victim, nothing evicted):
+  // ns per decision, over `decision_candidates` residents; scan_ns: the same
+  // decision by one live score per resident (how expertd chose before
+  // EvictFirst).
+  double decision_ns = 0, scan_ns = 0;
   uint64_t decision_candidates = 0;
+  // ReplayOptions::time_policy (heat order): every decision of the replay
+  // timed (EvictFirst, the victim dropped from the policy's index), and the
+  // policy's per-access work (Touch, with the re-ranks it does), ns each,
+  // less timer_ns (what one steady_clock pair costs here).
+  uint64_t decisions = 0;
+  double evict_ns = 0, touch_ns = 0, timer_ns = 0;
 };
 
 SimResult SimulateLru(const RoutingTrace& t, uint64_t slots);
 
 struct ReplayOptions {
-  // Eviction candidates sampled per miss (the lowest score among `sample`
-  // random residents: exact scans over thousands of slots per miss make long
-  // replays slow; expertd itself scans exactly, which can only do better).
+  // Learned order only: eviction candidates sampled per miss (the lowest
+  // score among `sample` random residents: its scores move continuously and
+  // an exact scan over thousands of slots per miss makes long replays slow;
+  // expertd scans exactly). The heat order decides exactly, as expertd does
+  // (HeatPolicy::EvictFirst).
   int sample = 64;
   // > 0: hits reach the policy the way expertd sees workers' shared-memory
   // leases: counted per key and handed over every that many accesses, in key
@@ -81,6 +90,9 @@ struct ReplayOptions {
   // bytes, HeatPolicy::Snapshot), as expertd restarted with --heat-file;
   // the cache itself starts empty. Its model identity must be kReplayModelId.
   const std::string* warm_heat = nullptr;
+  // Time the policy's calls as the replay makes them (SimResult::evict_ns,
+  // touch_ns): for `moe bench cache --decision-cost`.
+  bool time_policy = false;
 };
 inline constexpr char kReplayModelId[] = "moe-bench-cache-replay";
 
@@ -96,14 +108,13 @@ SimResult SimulateBelady(const RoutingTrace& t, uint64_t slots, bool bypass = tr
 // score, with c) that is also told the true routing of the next
 // `future_rows` rows (a row = one token x MoE layer; 1 = the next layer, as
 // router look-ahead predicts it, but always right; the number of MoE layers
-// = one whole token ahead). A victim is the lowest-scored resident not used
-// within that window; if every resident is, the one used last in it
-// (Belady inside the window). Demand fills, no bypass. The engine's
+// = one whole token ahead). A victim is the first resident EvictFirst offers
+// that is not used within that window; if every resident is, the one used
+// last in it (Belady inside the window). Demand fills, no bypass. The engine's
 // look-ahead knows less than future_rows = 1 (it is ~60-72% right), so where
 // even a few rows of perfect foresight close little of the LRU->Belady gap,
 // no online policy can close more from look-ahead.
-SimResult SimulateNearFuture(const RoutingTrace& t, uint64_t slots, uint64_t future_rows, PolicyConfig c,
-                             int sample = 64);
+SimResult SimulateNearFuture(const RoutingTrace& t, uint64_t slots, uint64_t future_rows, PolicyConfig c);
 // The best fixed placement in hindsight: the `slots` keys the whole trace
 // uses most, each kept from its first use (a compulsory miss, as for the
 // others), nothing else ever admitted. A

@@ -42,7 +42,16 @@ HeatPolicy::HeatPolicy(uint32_t num_layers, uint32_t num_experts, PolicyConfig c
       steady_(slow_.size(), 0.0),
       filled_(slow_.size(), 0),
       visit_start_(num_layers, 0),
-      pending_(slow_.size(), -1) {
+      pending_(slow_.size(), -1),
+      head_(num_layers, kNoHead),
+      members_(num_layers),
+      pos_(slow_.size(), -1),
+      rank_(slow_.size(), 0.0),
+      ranked_at_(num_layers, 0) {
+  while (leaves_ < num_layers) leaves_ *= 2;
+  tree_.assign(2 * leaves_, 0);
+  for (uint32_t i = 0; i < leaves_; ++i) tree_[leaves_ + i] = std::min(i, num_layers > 0 ? num_layers - 1 : 0);
+  for (uint32_t n = leaves_; n-- > 1;) tree_[n] = tree_[2 * n];
   double apt = cfg_.accesses_per_token > 0 ? cfg_.accesses_per_token : 600;
   slow_hl_ = apt * (cfg_.slow_tokens > 0 ? cfg_.slow_tokens : 128);
   fast_hl_ = apt * (cfg_.fast_tokens > 0 ? cfg_.fast_tokens : 2);
@@ -70,10 +79,17 @@ void HeatPolicy::Touch(uint32_t key, double count) {
   now_ += count >= 1 ? static_cast<uint64_t>(count) : 1;
   UpdateClockWindows();
   const int layer = static_cast<int>(key / num_experts_);
-  if (layer != cur_layer_) {  // a visit of this layer begins
+  // A visit of this layer begins: another layer ran before this access, or
+  // a token's worth of accesses went by in this one (a model with one routed
+  // layer: each token is a visit).
+  if (layer != cur_layer_ || double(now_ - visit_start_[uint32_t(layer)]) >= period_all_) {
+    // The visit of cur_layer_ ended: its keys' scores as of now rank them
+    // until its next visit (their recency steps start or stop here).
+    if (cur_layer_ >= 0) RerankLayer(uint32_t(cur_layer_));
     if (visit_start_[layer] != 0) period_[layer] += (double(now_ - visit_start_[layer]) - period_[layer]) / 8;
     visit_start_[layer] = now_;
     cur_layer_ = layer;
+    UpdateHead(uint32_t(layer));  // its look-ahead marks end here
   }
   if (pending_[key] >= 0) {  // this key's sample is answered: used again, in time or late
     Sample& s = samples_[size_t(pending_[key] - int64_t(samples_base_))];
@@ -102,7 +118,95 @@ void HeatPolicy::Touch(uint32_t key, double count) {
   long_[key] = long_[key] * std::exp2(-dt / long_hl_) + count;
   steady_[key] = steady_[key] * std::exp2(-dt / steady_hl_) + count;
   last_[key] = now_;
+  if (pos_[key] >= 0) Rerank(key);
+  // A layer not visited for two tokens is re-ranked all the same (one other
+  // layer is checked per access, in turn), so its keys do not keep the
+  // scores of their last use.
+  stale_cursor_ = stale_cursor_ + 1 < num_layers_ ? stale_cursor_ + 1 : 0;
+  if (double(now_ - ranked_at_[stale_cursor_]) > 2 * period_all_) RerankLayer(stale_cursor_);
 }
+
+void HeatPolicy::Rerank(uint32_t key) {
+  auto& m = members_[key / num_experts_];
+  size_t i = size_t(pos_[key]);
+  rank_[key] = HeatScore(key);
+  // Move it to its place; the others keep their order.
+  while (i > 0 && RankedBefore(key, m[i - 1])) {
+    m[i] = m[i - 1];
+    pos_[m[i]] = int32_t(i);
+    --i;
+  }
+  while (i + 1 < m.size() && RankedBefore(m[i + 1], key)) {
+    m[i] = m[i + 1];
+    pos_[m[i]] = int32_t(i);
+    ++i;
+  }
+  m[i] = key;
+  pos_[key] = int32_t(i);
+  UpdateHead(key / num_experts_);
+}
+
+void HeatPolicy::UpdateHead(uint32_t layer) {
+  const auto& m = members_[layer];
+  uint32_t h = kNoHead;
+  for (uint32_t k : m) {
+    if (!pinned_[k] && !Expected(k)) {
+      h = k;
+      break;
+    }
+  }
+  head_[layer] = h;
+  for (uint32_t n = (leaves_ + layer) / 2; n >= 1; n /= 2) {
+    const uint32_t a = tree_[2 * n], b = tree_[2 * n + 1];
+    tree_[n] = HeadBefore(b, a) ? b : a;
+  }
+}
+
+void HeatPolicy::Expect(uint32_t key) {
+  expected_[key] = now_ + 1;
+  if (pos_[key] >= 0 && head_[key / num_experts_] == key) UpdateHead(key / num_experts_);
+}
+
+void HeatPolicy::SetPinned(uint32_t key, bool pinned) {
+  pinned_[key] = pinned;
+  if (pos_[key] >= 0) UpdateHead(key / num_experts_);
+}
+
+void HeatPolicy::RerankLayer(uint32_t layer) {
+  ranked_at_[layer] = now_;
+  auto& m = members_[layer];
+  if (m.empty()) return;
+  for (uint32_t k : m) rank_[k] = HeatScore(k);
+  std::sort(m.begin(), m.end(), [this](uint32_t a, uint32_t b) { return RankedBefore(a, b); });
+  for (size_t i = 0; i < m.size(); ++i) pos_[m[i]] = int32_t(i);
+  UpdateHead(layer);
+}
+
+void HeatPolicy::Filled(uint32_t key) {
+  filled_[key] = now_;
+  if (pos_[key] >= 0) return Rerank(key);
+  auto& m = members_[key / num_experts_];
+  rank_[key] = HeatScore(key);
+  auto before = [this](uint32_t a, uint32_t b) { return RankedBefore(a, b); };
+  const size_t i = size_t(std::upper_bound(m.begin(), m.end(), key, before) - m.begin());
+  m.insert(m.begin() + long(i), key);
+  for (size_t j = i; j < m.size(); ++j) pos_[m[j]] = int32_t(j);
+  ++num_resident_;
+  UpdateHead(key / num_experts_);
+}
+
+void HeatPolicy::Erase(uint32_t key) {
+  if (pos_[key] < 0) return;
+  auto& m = members_[key / num_experts_];
+  const size_t i = size_t(pos_[key]);
+  m.erase(m.begin() + long(i));
+  for (size_t j = i; j < m.size(); ++j) pos_[m[j]] = int32_t(j);
+  pos_[key] = -1;
+  --num_resident_;
+  UpdateHead(key / num_experts_);
+}
+
+void HeatPolicy::Removed(uint32_t key) { Erase(key); }
 
 double HeatPolicy::Heat(uint32_t key) const { return slow_[key] * std::exp2(-double(now_ - last_[key]) / slow_hl_); }
 
@@ -163,6 +267,7 @@ void HeatPolicy::Observe(uint32_t key) {
 void HeatPolicy::Evicted(uint32_t key) {
   const double age = double(now_ - filled_[key]);
   horizon_ = horizon_ == 0 ? age : horizon_ + (age - horizon_) / 256;
+  Erase(key);
 }
 
 double HeatPolicy::Score(uint32_t key) const {
@@ -172,7 +277,7 @@ double HeatPolicy::Score(uint32_t key) const {
     Features(key, false, x);
     return Logit(x) + bonus;
   }
-  return HeatScore(key) + bonus;
+  return (pos_[key] >= 0 ? rank_[key] : HeatScore(key)) + bonus;
 }
 
 double HeatPolicy::Freq(uint32_t key, double add) const {
@@ -287,6 +392,7 @@ absl::Status HeatPolicy::Restore(std::string_view bytes, const std::string& mode
     last_[k] = now_;
     pinned_[k] = pinned[k] ? 1 : 0;
   }
+  for (uint32_t l = 0; l < num_layers_; ++l) RerankLayer(l);
   return absl::OkStatus();
 }
 

@@ -48,6 +48,18 @@
 // the row just used) are leased, and it needs hundreds of tokens to
 // converge; over 2,400 tokens it wins there too.
 //
+// Eviction decisions (EvictFirst, used by expertd's ExpertStore and by the
+// replay alike): the policy keeps the resident keys (Filled / Evicted /
+// Removed) per layer, sorted by a rank = the heat score as of the key's last
+// access or the end of its layer's latest visit, whichever came later (each
+// layer is re-ranked when a visit of it ends, and at least once per token).
+// On a layer cycle a key's score only moves at its layer's visits (its
+// recency step starts and ends there; one token of decay at a 64-token
+// half-life is 1%), so a decision takes the lowest head over the layers'
+// lists: ~80 candidates at GLM-5's 76 routed layers instead of a score per
+// resident slab (1,946 at 10% of its 19,456 experts: ~60 us per miss).
+// The learned order's scores move continuously; it scans every resident.
+//
 // Heat (the decayed count; the learned weights too) persists in a file
 // tagged with the model identity; loading a file of another model is refused with
 // FailedPrecondition (callers warn and start cold).
@@ -55,6 +67,7 @@
 // Thread safety: none; the store serializes access.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -143,18 +156,39 @@ class HeatPolicy {
   // 2.5 points of hits where this gains 1.3 (bench cache, 2 x 64 synthetic,
   // 12 slots). Admission (ScoreIfTouched) ignores it, so a prefetch still
   // never evicts a hotter key.
-  void Expect(uint32_t key) { expected_[key] = now_ + 1; }
+  void Expect(uint32_t key);
   bool Expected(uint32_t key) const {
     const uint64_t e = expected_[key];
     return e != 0 && visit_start_[key / num_experts_] < e;
   }
 
-  // Cache events that train the learned order (harmless when !learned):
-  // a random resident key to learn from, and fills/evictions (their ages
-  // set the horizon).
+  // Cache events: the resident set the eviction order covers, and what
+  // trains the learned order (harmless when !learned): a random resident key
+  // to learn from, and fills/evictions (their ages set the horizon).
+  // Filled: `key` now holds a slab (filling or ready); Evicted: an eviction
+  // decision took it; Removed: it left without one (a failed read, a slab
+  // disabled by a smaller budget). Idempotent.
   void Observe(uint32_t key);
-  void Filled(uint32_t key) { filled_[key] = now_; }
+  void Filled(uint32_t key);
   void Evicted(uint32_t key);
+  void Removed(uint32_t key);
+  bool resident(uint32_t key) const { return pos_[key] >= 0; }
+  size_t num_resident() const { return num_resident_; }
+  // The heat score as of now (what a re-rank stores; Score gives a resident
+  // key's rank).
+  double LiveScore(uint32_t key) const { return HeatScore(key); }
+
+  // One eviction decision: offers resident, unpinned keys to `take(key,
+  // score)` in eviction order - lowest Score first, ties least recently used
+  // first, keys a look-ahead hint keeps after every other - until it answers
+  // kTaken (the caller evicted it: the policy drops it as Evicted and returns
+  // it) or kStop (returns -1; e.g. admission refused, the rest are hotter);
+  // kBusy (leased, filling, another size class) offers the next. -1 when no
+  // key was taken. Heat order: a merge of the per-layer lists, O(layers +
+  // offers x log layers); learned order: every resident scored.
+  enum class Offer { kTaken, kBusy, kStop };
+  template <class Take>
+  int64_t EvictFirst(Take&& take);
   static constexpr int kFeatures = 9;
   const double* weights() const { return w_; }
   double horizon_tokens() const { return Horizon() / period_all_; }
@@ -169,13 +203,14 @@ class HeatPolicy {
     const double now = Expected(key) ? Score(key) - kExpectedBonus : Score(key);
     return victim_score < precision * ScoreIfTouched(key) + (1.0 - precision) * now;
   }
-  // Orders two candidates: true if a should be evicted before b.
+  // Orders two candidates: true if a should be evicted before b (the order
+  // EvictFirst offers resident keys in).
   bool EvictBefore(uint32_t a, uint32_t b) const {
     double sa = Score(a), sb = Score(b);
     return sa < sb || (sa == sb && last_[a] < last_[b]);
   }
 
-  void SetPinned(uint32_t key, bool pinned) { pinned_[key] = pinned; }
+  void SetPinned(uint32_t key, bool pinned);
   bool pinned(uint32_t key) const { return pinned_[key] != 0; }
 
   // The persisted state (the heat file's bytes): the decayed count, pins
@@ -234,6 +269,108 @@ class HeatPolicy {
   std::deque<Sample> samples_;
   uint64_t samples_base_ = 0;                 // index of samples_.front()
   std::vector<int64_t> pending_;              // per key: its live sample's index, or -1
+
+  // Resident index: per layer the resident keys in eviction order by
+  // (rank_, last_); pos_[key] = its index there, -1 if not resident.
+  bool RankedBefore(uint32_t a, uint32_t b) const {
+    return rank_[a] < rank_[b] || (rank_[a] == rank_[b] && last_[a] < last_[b]);
+  }
+  void Rerank(uint32_t key);          // a resident key's rank is the heat score now
+  void RerankLayer(uint32_t layer);   // every resident key of the layer
+  void Erase(uint32_t key);
+  // A tournament over the layers' first offerable keys (unpinned, not
+  // Expected): the winner is EvictFirst's first offer, O(1); a layer's leaf
+  // is replayed (O(log layers)) whenever its list or a head's state changes.
+  void UpdateHead(uint32_t layer);
+  bool HeadBefore(uint32_t a, uint32_t b) const {  // layers, by their heads; no head = last
+    const uint32_t ka = head_[a], kb = head_[b];
+    if (ka == kNoHead || kb == kNoHead) return kb == kNoHead && ka != kNoHead;
+    return RankedBefore(ka, kb);
+  }
+  static constexpr uint32_t kNoHead = ~0u;
+  std::vector<uint32_t> head_;                // per layer: its first offerable key, or kNoHead
+  std::vector<uint32_t> tree_;                // tournament: tree_[1] = winning layer; leaves at leaves_ + layer
+  uint32_t leaves_ = 1;
+  std::vector<std::vector<uint32_t>> members_;
+  std::vector<int32_t> pos_;
+  std::vector<double> rank_;
+  std::vector<uint64_t> ranked_at_;           // per layer: clock of its last RerankLayer
+  uint32_t stale_cursor_ = 0;                 // round robin over layers for the once-per-token re-rank
+  size_t num_resident_ = 0;
+  struct Head {
+    double score;
+    uint64_t last;
+    uint32_t layer, idx;
+  };
+  std::vector<Head> heads_;                   // EvictFirst's merge heap (reused)
+  std::vector<uint32_t> scan_;                // learned EvictFirst's candidates (reused)
 };
+
+template <class Take>
+int64_t HeatPolicy::EvictFirst(Take&& take) {
+  auto offer = [&](uint32_t key, double score) -> int {  // 1 taken, 0 next, -1 stop
+    const Offer o = take(key, score);
+    if (o == Offer::kTaken) {
+      Evicted(key);
+      return 1;
+    }
+    return o == Offer::kStop ? -1 : 0;
+  };
+  if (cfg_.learned) {  // continuous scores: all residents, coldest first
+    scan_.clear();
+    for (const auto& m : members_)
+      for (uint32_t k : m)
+        if (!pinned_[k]) scan_.push_back(k);
+    auto hotter = [this](uint32_t a, uint32_t b) { return EvictBefore(b, a); };
+    std::make_heap(scan_.begin(), scan_.end(), hotter);
+    while (!scan_.empty()) {
+      std::pop_heap(scan_.begin(), scan_.end(), hotter);
+      const uint32_t k = scan_.back();
+      scan_.pop_back();
+      const int r = offer(k, Score(k));
+      if (r != 0) return r > 0 ? int64_t(k) : -1;
+    }
+    return -1;
+  }
+  // Heat: the tournament's winner first (almost always taken); if it is
+  // busy, merge the layers' lists: pass 0 offers unhinted keys, pass 1 the
+  // keys a look-ahead keeps (Expected), each in rank order.
+  uint32_t first = kNoHead;
+  if (num_layers_ > 0 && head_[tree_[1]] != kNoHead) {
+    first = head_[tree_[1]];
+    const int r = offer(first, Score(first));
+    if (r != 0) return r > 0 ? int64_t(first) : -1;
+  }
+  auto hotter = [](const Head& a, const Head& b) {
+    return a.score > b.score || (a.score == b.score && a.last > b.last);
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    auto next = [&](uint32_t layer, uint32_t i) {  // first eligible index >= i (the winner already offered)
+      const auto& m = members_[layer];
+      while (i < m.size() && (pinned_[m[i]] || Expected(m[i]) != (pass == 1) || m[i] == first)) ++i;
+      return i;
+    };
+    heads_.clear();
+    for (uint32_t l = 0; l < num_layers_; ++l) {
+      const uint32_t i = next(l, 0);
+      if (i < members_[l].size()) heads_.push_back({rank_[members_[l][i]], last_[members_[l][i]], l, i});
+    }
+    std::make_heap(heads_.begin(), heads_.end(), hotter);
+    while (!heads_.empty()) {
+      std::pop_heap(heads_.begin(), heads_.end(), hotter);
+      const Head h = heads_.back();
+      heads_.pop_back();
+      const uint32_t k = members_[h.layer][h.idx];
+      const int r = offer(k, Score(k));
+      if (r != 0) return r > 0 ? int64_t(k) : -1;
+      const uint32_t i = next(h.layer, h.idx + 1);
+      if (i < members_[h.layer].size()) {
+        heads_.push_back({rank_[members_[h.layer][i]], last_[members_[h.layer][i]], h.layer, i});
+        std::push_heap(heads_.begin(), heads_.end(), hotter);
+      }
+    }
+  }
+  return -1;
+}
 
 }  // namespace moe::expertstore

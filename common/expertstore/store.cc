@@ -186,58 +186,39 @@ void ExpertStore::CloseSession(uint32_t index) {
 
 int64_t ExpertStore::AllocateLocked(uint32_t cls, uint32_t key, bool speculative, double precision) {
   const auto& c = table_.header().classes[cls];
-  int64_t free_slab = -1;
-  std::vector<uint32_t> cands;
   for (uint32_t s = c.first_slab; s < c.first_slab + c.num_slabs; ++s) {
     uint32_t state = CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed));
     if (state == kSlabFree && !priv_[s].to_disable) {
-      free_slab = s;
-      break;
-    }
-    if (state != kSlabReady || priv_[s].claims != 0) continue;
-    uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
-    uint32_t pk = policy_.index(KeyLayer(k), KeyExpert(k));
-    if (policy_.pinned(pk)) continue;
-    cands.push_back(s);
-  }
-  if (free_slab >= 0) {
-    policy_.Filled(key);
-    return free_slab;
-  }
-  // Min-heap of (score, last access) so a leased candidate costs only a pop.
-  struct Cand {
-    double score;
-    uint64_t last;
-    uint32_t slab;
-  };
-  std::vector<Cand> heap;
-  heap.reserve(cands.size());
-  for (uint32_t s : cands) {
-    uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
-    uint32_t pk = policy_.index(KeyLayer(k), KeyExpert(k));
-    heap.push_back(Cand{policy_.Score(pk), policy_.last_access(pk), s});
-  }
-  auto hotter = [](const Cand& a, const Cand& b) { return a.score > b.score || (a.score == b.score && a.last > b.last); };
-  std::make_heap(heap.begin(), heap.end(), hotter);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), hotter);
-    Cand c = heap.back();
-    heap.pop_back();
-    // Admission: a hint never evicts a key hotter than what it brings; the
-    // heap yields the coldest first, so the rest are hotter too.
-    if (precision < 0) precision = cfg_.prefetch_gate.weigh_admission ? gate_.precision() : 1.0;
-    if (!policy_.Admits(key, speculative, c.score, precision))
-      return -1;
-    const uint32_t old_key = table_.slab(c.slab).key.load(std::memory_order_relaxed);
-    if (table_.TryEvict(c.slab)) {
-      policy_.Evicted(policy_.index(KeyLayer(old_key), KeyExpert(old_key)));
       policy_.Filled(key);
-      stats_.evictions++;
-      priv_[c.slab].prefetched = false;
-      return c.slab;
+      return s;
     }
   }
-  return -1;
+  if (precision < 0) precision = cfg_.prefetch_gate.weigh_admission ? gate_.precision() : 1.0;
+  // The policy offers its resident keys coldest first (HeatPolicy::EvictFirst,
+  // the order the replay measures); a key of another size class, filling,
+  // claimed or leased is passed over. Admission: a hint never evicts a key
+  // hotter than what it brings; the offers come coldest first, so the rest
+  // are hotter too.
+  const uint32_t num_experts = table_.num_experts();
+  int64_t slab = -1;
+  policy_.EvictFirst([&](uint32_t pk, double score) {
+    const auto& e = table_.entry(int(pk / num_experts), int(pk % num_experts));
+    const uint32_t sp1 = e.slab_plus1.load(std::memory_order_relaxed);
+    if (sp1 == 0) return HeatPolicy::Offer::kBusy;
+    const uint32_t s = sp1 - 1;
+    if (s < c.first_slab || s >= c.first_slab + c.num_slabs) return HeatPolicy::Offer::kBusy;
+    if (CtlState(table_.slab(s).ctl.load(std::memory_order_relaxed)) != kSlabReady || priv_[s].claims != 0)
+      return HeatPolicy::Offer::kBusy;
+    if (!policy_.Admits(key, speculative, score, precision)) return HeatPolicy::Offer::kStop;
+    if (!table_.TryEvict(s)) return HeatPolicy::Offer::kBusy;  // leased
+    slab = s;
+    return HeatPolicy::Offer::kTaken;
+  });
+  if (slab < 0) return -1;
+  policy_.Filled(key);
+  stats_.evictions++;
+  priv_[slab].prefetched = false;
+  return slab;
 }
 
 int64_t ExpertStore::AllocatePrefillLocked(uint32_t cls, uint32_t key) {
@@ -555,6 +536,8 @@ void ExpertStore::OnReadDone(uint32_t slab, const RecordLocation& loc, std::shar
     priv_[slab].source = tier;
   } else {
     MOE_LOG(ERROR) << s.message();
+    const uint32_t k = table_.slab(slab).key.load(std::memory_order_relaxed);
+    if (k != kNoKey) policy_.Removed(policy_.index(KeyLayer(k), KeyExpert(k)));
     table_.Abort(slab);
     stats_.read_errors++;
     priv_[slab].prefetched = false;
@@ -664,7 +647,11 @@ void ExpertStore::ApplyDisableLocked() {
   for (uint32_t s = 0; s < table_.num_slabs(); ++s) {
     if (!priv_[s].to_disable) continue;
     uint32_t state = CtlState(table_.slab(s).ctl.load());
-    if (state == kSlabReady && priv_[s].claims == 0 && table_.TryEvict(s)) state = kSlabFree;
+    const uint32_t k = table_.slab(s).key.load(std::memory_order_relaxed);
+    if (state == kSlabReady && priv_[s].claims == 0 && table_.TryEvict(s)) {
+      state = kSlabFree;
+      if (k != kNoKey) policy_.Removed(policy_.index(KeyLayer(k), KeyExpert(k)));
+    }
     if (state == kSlabFree) table_.SetDisabled(s, true);
   }
 }
@@ -735,6 +722,7 @@ StoreStats ExpertStore::Stats() {
     }
     if (st == kSlabFilling) s.slabs_filling++;
   }
+  s.policy_resident = policy_.num_resident();
   auto io = io_->stats();
   s.io_engine = io_->name();
   s.queue_depth = io_->queue_depth();

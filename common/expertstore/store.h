@@ -94,6 +94,10 @@ struct StoreStats {
   std::vector<double> policy_weights;    // learned order: the logistic model's weights
   double policy_horizon_tokens = 0;      // learned order: what "used soon" means now (mean eviction age)
   uint64_t slabs_total = 0, slabs_active = 0, slabs_ready = 0, slabs_filling = 0, slabs_leased = 0;
+  // Keys in the policy's eviction order (HeatPolicy::EvictFirst): always
+  // slabs_ready + slabs_filling (every fill, eviction, failed read and
+  // disabled slab is reported to it).
+  uint64_t policy_resident = 0;
   uint64_t arena_bytes = 0, budget_bytes = 0, resident_bytes = 0;
   uint32_t sessions = 0;
   std::string io_engine;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -154,6 +155,143 @@ TEST(HeatPolicy, LearnsTheRecencyBonusFromTheWorkload) {
   EXPECT_NEAR(p.Score(1), 1.0 + 10.0, 1e-9);
 }
 
+// A cache of `slots` experts run by the policy's own decisions, as
+// ExpertStore runs it: every access touches, a miss evicts EvictFirst's
+// first offer when full, then fills.
+struct PolicyCache {
+  HeatPolicy& p;
+  size_t slots;
+  uint64_t hits = 0, accesses = 0;
+  void Access(uint32_t k) {
+    ++accesses;
+    p.Touch(k);
+    if (p.resident(k)) {
+      ++hits;
+      return;
+    }
+    if (p.num_resident() >= slots) {
+      ASSERT_GE(p.EvictFirst([](uint32_t, double) { return HeatPolicy::Offer::kTaken; }), 0);
+    }
+    p.Filled(k);
+  }
+};
+
+// The decision expertd and the replay make: EvictFirst offers every resident
+// unpinned key once, lowest Score first (ties: least recently used), the
+// keys a look-ahead keeps after every other; kStop ends it with nothing
+// taken, kTaken drops the key from the order. Checked against sorting the
+// residents, through fills, evictions, hints, pins and removals.
+TEST(HeatPolicy, EvictFirstOffersResidentsInScoreOrder) {
+  HeatPolicy p(3, 16, HeatOrder({24}));  // 3 layers x top-8
+  PolicyCache cache{p, 20};
+  std::mt19937_64 rng(5);
+  int checked = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const uint32_t layer = uint32_t(step / 8) % 3;
+    const uint32_t e = rng() % 3 == 0 ? uint32_t(rng() % 16) : uint32_t(rng() % 5);  // skewed
+    cache.Access(p.index(int(layer), int(e)));
+    if (step % 7 == 0) p.Expect(p.index(int(layer + 1) % 3, int(rng() % 16)));
+    if (step % 101 == 0) p.SetPinned(uint32_t(rng() % 48), rng() % 2 == 0);
+    if (step % 211 == 0) p.Removed(uint32_t(rng() % 48));  // a failed read, a disabled slab
+    if (step % 13 != 0) continue;
+    std::vector<uint32_t> want;
+    for (uint32_t k = 0; k < 48; ++k)
+      if (p.resident(k) && !p.pinned(k)) want.push_back(k);
+    std::sort(want.begin(), want.end(), [&](uint32_t a, uint32_t b) {
+      if (p.Expected(a) != p.Expected(b)) return p.Expected(b);
+      return p.EvictBefore(a, b);
+    });
+    std::vector<uint32_t> got;
+    const size_t before = p.num_resident();
+    EXPECT_EQ(p.EvictFirst([&](uint32_t k, double score) {
+                EXPECT_EQ(score, p.Score(k));
+                got.push_back(k);
+                return HeatPolicy::Offer::kBusy;
+              }),
+              -1);
+    ASSERT_EQ(got, want) << "step " << step;
+    EXPECT_EQ(p.EvictFirst([](uint32_t, double) { return HeatPolicy::Offer::kStop; }), -1);
+    EXPECT_EQ(p.num_resident(), before);
+    ++checked;
+  }
+  EXPECT_GT(checked, 300);
+  EXPECT_GT(cache.hits, cache.accesses / 4);
+  // kTaken: the first offer leaves the order.
+  const int64_t v = p.EvictFirst([](uint32_t, double) { return HeatPolicy::Offer::kTaken; });
+  ASSERT_GE(v, 0);
+  EXPECT_FALSE(p.resident(uint32_t(v)));
+}
+
+// A resident key's rank is its score as of its layer's latest visit (or its
+// own last use): other layers' accesses leave it alone, the end of its
+// layer's next visit re-ranks it (here: its recency step ends).
+TEST(HeatPolicy, ResidentKeysAreRankedAtTheirLayersVisits) {
+  HeatPolicy p(3, 4, HeatOrder({3}));
+  const uint32_t k = p.index(0, 1);
+  for (int t = 0; t < 50; ++t)
+    for (int l = 0; l < 3; ++l) p.Touch(p.index(l, l == 0 && t % 2 == 0 ? 1 : 2));
+  p.Filled(k);
+  p.Touch(p.index(0, 1));  // token 50, layer 0: k used (its recency step starts)
+  p.Touch(p.index(1, 0));
+  const double ranked = p.Score(k);
+  EXPECT_EQ(ranked, p.LiveScore(k));
+  p.Touch(p.index(2, 0));  // layers 1 and 2: k's rank stays
+  EXPECT_EQ(p.Score(k), ranked);
+  EXPECT_NE(p.LiveScore(k), ranked);  // (the live score decays)
+  p.Touch(p.index(0, 3));  // layer 0's next visit, k unused...
+  p.Touch(p.index(1, 0));  // ...ends: re-ranked without the step
+  EXPECT_EQ(p.Score(k), p.LiveScore(k));
+  EXPECT_LT(p.Score(k), ranked - 0.5 * p.alpha());
+}
+
+// Scan resistance: one pass over many experts used once (a burst of new
+// routing) does not evict experts every token uses; LRU loses all of them.
+TEST(HeatPolicy, AScanDoesNotEvictTheHotWorkingSet) {
+  RoutingTrace t;
+  t.num_layers = 2;
+  t.num_experts = 64;
+  t.top_k = 4;
+  auto token = [&](int first) {  // each layer: experts first .. first + 3
+    for (uint32_t l = 0; l < 2; ++l)
+      for (int e = first; e < first + 4; ++e) t.keys.push_back(l * 64 + uint32_t(e));
+    ++t.num_tokens;
+  };
+  for (int i = 0; i < 200; ++i) token(0);   // the hot set: 8 experts
+  for (int i = 1; i < 16; ++i) token(4 * i);  // the scan: 120 experts once each
+  const size_t scan_end = t.keys.size();
+  for (int i = 0; i < 10; ++i) token(0);
+  HeatPolicy p(2, 64, HeatOrder({8}));
+  PolicyCache cache{p, 10};  // the hot set + 2
+  for (size_t i = 0; i < scan_end; ++i) cache.Access(t.keys[i]);
+  for (int l = 0; l < 2; ++l)
+    for (int e = 0; e < 4; ++e) EXPECT_TRUE(p.resident(p.index(l, e))) << l << " " << e;
+  const uint64_t hits = cache.hits;
+  for (size_t i = scan_end; i < t.keys.size(); ++i) cache.Access(t.keys[i]);
+  EXPECT_EQ(cache.hits - hits, 80u);  // every access after the scan hits
+  // LRU on the same trace: the scan flushed the hot set (8 misses after it).
+  EXPECT_EQ(SimulateLru(t, 10).hits, 199u * 8 + 72);
+  EXPECT_EQ(SimulateHeat(t, 10, HeatOrder({})).hits, 199u * 8 + 80);
+}
+
+// Frequency beats recency: two experts used every 4th token, between them
+// experts used once; with 3 slots LRU evicts each popular expert just before
+// its next use, the heat score keeps both.
+TEST(HeatPolicy, FrequencyBeatsRecencyOnACraftedTrace) {
+  RoutingTrace t;
+  t.num_layers = 1;
+  t.num_experts = 64;
+  t.top_k = 1;
+  uint32_t cold = 2;
+  for (uint32_t i = 0; i < 2000; ++i, ++t.num_tokens) {
+    t.keys.push_back(i % 4 == 0 ? 0 : i % 4 == 2 ? 1 : cold);
+    if (i % 2 == 1) cold = cold == 63 ? 2 : cold + 1;  // each cold expert once per 62 uses
+  }
+  const double lru = SimulateLru(t, 3).hit_rate(), heat = SimulateHeat(t, 3, HeatOrder({})).hit_rate();
+  EXPECT_LT(lru, 0.01);
+  EXPECT_GT(heat, 0.48) << heat;  // the popular half of the accesses
+  EXPECT_LE(heat, SimulateBelady(t, 3).hit_rate());
+}
+
 TEST(HeatPolicy, PersistsAndRefusesAnotherModel) {
   std::string dir = testing::MakeTempDir("heat");
   HeatPolicy p(2, 3);
@@ -226,8 +364,12 @@ TEST(HeatPolicy, LearnedOrderFindsTheLayerCycle) {
   c.learned = false;
   auto heat = SimulateHeat(t, 12, c);
   EXPECT_EQ(lru.hits, 0u);
-  EXPECT_GT(learned.hit_rate(), heat.hit_rate() + 0.15) << learned.hit_rate() << " vs " << heat.hit_rate();
+  EXPECT_GT(learned.hit_rate(), 0.6) << learned.hit_rate();  // 70.95%
   EXPECT_LE(learned.hit_rate(), opt.hit_rate());
+  // The heat order no longer rotates through a cycle like LRU (its ranks
+  // move only at their layers' visits; 58.98% here) - not what this test is
+  // about, so only bounded.
+  EXPECT_LE(heat.hit_rate(), opt.hit_rate());
 }
 
 // Recorded routing of a tiny model (2 MoE layers x 16 experts, top-4): the

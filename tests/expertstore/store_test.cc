@@ -157,6 +157,7 @@ TEST(ExpertStore, EvictsUnderASmallBudgetAndStillReturnsCorrectBytes) {
   EXPECT_GT(s.evictions, 0u);
   EXPECT_LE(s.slabs_ready, 4u);
   EXPECT_GT(s.tier[int(TierId::kDisk)].bytes, 0u);
+  EXPECT_EQ(s.policy_resident, s.slabs_ready + s.slabs_filling);  // the policy's eviction order covers them all
 }
 
 TEST(ExpertStore, LeasedSlabsBlockEvictionUntilReleased) {
@@ -259,6 +260,10 @@ TEST(ExpertStore, CorruptRecordFailsOnlyThatRequest) {
   EXPECT_EQ(st->Stats().read_errors, 1u);
   auto again = st->Fetch(sess->index, 0, {3});  // still serving
   EXPECT_TRUE(again[0].ok());
+  // The failed fill's slab is free again and left the policy's order with it.
+  auto s = st->Stats();
+  EXPECT_EQ(s.slabs_ready, 3u);
+  EXPECT_EQ(s.policy_resident, s.slabs_ready + s.slabs_filling);
 }
 
 TEST(ExpertStore, TruncatedShardIsAShortReadError) {
@@ -590,6 +595,7 @@ TEST(ExpertStore, ConcurrentSessionsUnderEvictionReadTheRightBytes) {
   EXPECT_GT(s.evictions, uint64_t(kThreads * kIters * 2 / 2));
   EXPECT_GT(shm_hits.load(), 0);
   for (uint32_t slab = 0; slab < st->table().num_slabs(); ++slab) EXPECT_EQ(st->table().LeaseCount(slab), 0u) << slab;
+  EXPECT_EQ(s.policy_resident, s.slabs_ready + s.slabs_filling);
 }
 
 TEST(ExpertStore, SetBudgetShrinksAndGrowsActiveSlabs) {
@@ -606,9 +612,18 @@ TEST(ExpertStore, SetBudgetShrinksAndGrowsActiveSlabs) {
   auto s = st->Stats();
   EXPECT_EQ(s.slabs_active, 4u);
   EXPECT_LE(s.slabs_ready, 4u);
+  EXPECT_EQ(s.policy_resident, s.slabs_ready + s.slabs_filling);  // disabled slabs' keys left the policy's order
   EXPECT_EQ(st->SetBudget(100 * kSlab).status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(st->SetBudget(8 * kSlab).ok());
   EXPECT_EQ(st->Stats().slabs_active, 8u);
+  for (int e = 0; e < 8; ++e) {  // the grown budget fills and evicts through the same order
+    auto r = st->Fetch(sess->index, 1, {e});
+    ASSERT_TRUE(r[0].ok()) << r[0].status();
+    st->table().Release(sess->index, *r[0]);
+  }
+  s = st->Stats();
+  EXPECT_EQ(s.slabs_ready, 8u);
+  EXPECT_EQ(s.policy_resident, 8u);
 }
 
 TEST(ExpertStore, HeatFilePersistsAcrossRestartsForTheSameModelOnly) {

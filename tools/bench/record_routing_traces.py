@@ -23,10 +23,22 @@ both, chosen so that the selection is fixed by rule, not by looking at the routi
                               messages hold 6,000 characters (question types and answers the chat
                               generator never produces)
 
+Four more (--set heldout) come from texts written for this purpose (2026-12-02) and committed with
+their traces in tests/data/expertstore/routing/heldout/ (README.md there says how they were chosen):
+two pieces of English narrative prose on subjects the training data never touches (a tidal estuary
+and its birds; a bakery's working day), and two multi-turn advice chats rendered with the model's
+chat template (balcony tomatoes; a train journey from Lyon to Vienna), whose questions are open
+requests for explanation, unlike the generated chats' counting / calendar / arithmetic / fact lookups:
+
+  glm_tiny_chat_estuary_prose, glm_tiny_chat_bakery_prose, glm_tiny_chat_garden_chat,
+  glm_tiny_chat_travel_chat
+
 Each is a prefill trace (--max-tokens 1): positions x 3 MoE layers x top-4 of 32, with the router
-look-ahead lines (trace version 2). Only the traces are committed (expert ids), not the texts.
+look-ahead lines (trace version 2). For the first three only the traces are committed (expert ids),
+not the texts.
 
   python3 tools/bench/record_routing_traces.py [--moe build/tools/moe/moe] [--out tests/data/expertstore/routing]
+      [--set rule|heldout|all]   (default all)
 """
 import argparse
 import json
@@ -70,15 +82,35 @@ def topic_chat():
     return messages
 
 
+HELDOUT = os.path.join(ROOT, "tests/data/expertstore/routing/heldout")
+
+
+def heldout_runs():
+    runs = []
+    for name in ("estuary_prose", "bakery_prose"):
+        with open(os.path.join(HELDOUT, name + ".txt"), encoding="utf-8") as f:
+            runs.append(("glm_tiny_chat_" + name, ["--prompt", f.read()]))
+    for name in ("garden_chat", "travel_chat"):
+        with open(os.path.join(HELDOUT, name + ".json"), encoding="utf-8") as f:
+            runs.append(("glm_tiny_chat_" + name, ["--chat", json.dumps(json.load(f))]))
+    return runs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--moe", default=os.path.join(ROOT, "build/tools/moe/moe"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models/glm-tiny-chat"))
     ap.add_argument("--out", default=os.path.join(ROOT, "tests/data/expertstore/routing"))
+    ap.add_argument("--set", default="all", choices=["rule", "heldout", "all"],
+                    help="rule: the three texts chosen by rule; heldout: the four committed texts")
     a = ap.parse_args()
-    runs = [("glm_tiny_chat_pydoc_prose", ["--prompt", topic_prose()]),
-            ("glm_tiny_chat_license_prose", ["--prompt", license_prose()]),
-            ("glm_tiny_chat_pydoc_chats", ["--chat", json.dumps({"messages": topic_chat()})])]
+    runs = []
+    if a.set in ("rule", "all"):
+        runs += [("glm_tiny_chat_pydoc_prose", ["--prompt", topic_prose()]),
+                 ("glm_tiny_chat_license_prose", ["--prompt", license_prose()]),
+                 ("glm_tiny_chat_pydoc_chats", ["--chat", json.dumps({"messages": topic_chat()})])]
+    if a.set in ("heldout", "all"):
+        runs += heldout_runs()
     for name, prompt in runs:
         path = os.path.join(a.out, name + ".txt")
         cmd = [a.moe, "run", "--model", a.model, *prompt, "--max-tokens", "1", "--record-routing", path]

@@ -3,7 +3,12 @@
 // trace with GLM-5 shapes) through plain LRU, expertd's policy and Belady's
 // offline optimum with the same number of slots (budget / expert bytes);
 // reports hit rates and the share of the LRU-to-Belady gap our policy closes.
+// --decision-cost: instead, times the policy's eviction decisions as the
+// replay makes them at 2, 5 and 10% of the trace's experts (--repeats N
+// replays each; median [min..max] ns per decision).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +20,76 @@
 #include "tools/moe/commands.h"
 
 namespace moe::cli {
+namespace {
+
+// --decision-cost: the heat order's eviction decisions timed as the replay
+// makes them (HeatPolicy::EvictFirst, the victim dropped from the policy's
+// index; timer overhead taken off), at 2, 5 and 10% of the keys, `repeats`
+// replays each; also the policy's per-access work and, on the final state,
+// one decision vs the scan it replaced (one Score per resident).
+int DecisionCost(const expertstore::RoutingTrace& t, uint64_t keys, const expertstore::PolicyConfig& pc,
+                 expertstore::ReplayOptions ro, int repeats, bool json) {
+  using namespace expertstore;
+  ro.time_policy = true;
+  struct Spread {
+    double median, min, max;
+  };
+  auto spread = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return Spread{n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
+  };
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json)
+    std::printf("eviction decisions of the heat order, %u layers x %u experts = %llu keys, %u tokens, %d replays "
+                "each:\n",
+                t.num_layers, t.num_experts, (unsigned long long)keys, t.num_tokens, repeats);
+  for (double frac : {0.02, 0.05, 0.10}) {
+    const uint64_t slots = std::max<uint64_t>(1, uint64_t(std::llround(frac * double(keys))));
+    std::vector<double> evict, touch, final_dec, final_scan;
+    uint64_t decisions = 0;
+    double timer = 0, hit_rate = 0;
+    for (int rep = 0; rep < repeats; ++rep) {
+      const SimResult x = SimulateHeat(t, slots, pc, ro);
+      evict.push_back(x.evict_ns);
+      touch.push_back(x.touch_ns);
+      final_dec.push_back(x.decision_ns);
+      final_scan.push_back(x.scan_ns);
+      decisions = x.decisions;
+      timer = x.timer_ns;
+      hit_rate = x.hit_rate();
+    }
+    const Spread e = spread(evict), a = spread(touch), d = spread(final_dec), sc = spread(final_scan);
+    auto js = [](const Spread& s) { return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}}; };
+    rows.push_back({{"budget_fraction", frac},
+                    {"slots", slots},
+                    {"decisions_per_replay", decisions},
+                    {"hit_rate", hit_rate},
+                    {"decision_ns", js(e)},
+                    {"touch_ns", js(a)},
+                    {"final_state_decision_ns", js(d)},
+                    {"final_state_scan_ns", js(sc)},
+                    {"timer_ns", timer}});
+    if (!json)
+      std::printf("  %4.0f%% (%llu slots): %.0f ns per decision [%.0f..%.0f] over %llu decisions a replay; "
+                  "per access %.0f ns [%.0f..%.0f]; final state: decision %.0f ns, one Score per resident %.0f ns "
+                  "(timer %.0f ns taken off)\n",
+                  100 * frac, (unsigned long long)slots, e.median, e.min, e.max, (unsigned long long)decisions,
+                  a.median, a.min, a.max, d.median, sc.median, timer);
+  }
+  if (json)
+    std::printf("%s\n", nlohmann::json{{"layers", t.num_layers},
+                                       {"experts", t.num_experts},
+                                       {"keys", keys},
+                                       {"tokens", t.num_tokens},
+                                       {"repeats", repeats},
+                                       {"budgets", rows}}
+                            .dump(1)
+                            .c_str());
+  return 0;
+}
+
+}  // namespace
 
 int RunBenchCache(int argc, char** argv) {
   using namespace expertstore;
@@ -25,7 +100,8 @@ int RunBenchCache(int argc, char** argv) {
   double learn_rate = PolicyConfig{}.learn_rate;
   double zipf = 0.9, keep = 0.35, slow = 64, fast = 0.5, alpha = 40.0, window = PolicyConfig{}.window_tokens;
   bool fixed_alpha = false;
-  bool row_leases = false, recorded_lookahead = false, quick = false;
+  bool row_leases = false, recorded_lookahead = false, quick = false, decision_cost = false;
+  int64_t repeats = 7;
   std::string near_future_s, informed_weights_s = "3";
   double change_z = PolicyConfig{}.change_z, steady = PolicyConfig{}.steady_tokens, lookahead = 0;
   FlagSet flags("cache", "Replay a routing trace: LRU vs our policy vs Belady's optimum.");
@@ -48,7 +124,9 @@ int RunBenchCache(int argc, char** argv) {
   flags.AddDouble("learn-rate", &learn_rate, "policy: learning rate of the learned eviction order");
   flags.AddInt("harvest-every", &harvest_every,
               "policy: deliver hits every N accesses, counted, as expertd harvests workers' shm leases (0: at once)");
-  flags.AddInt("sample", &sample, "policy: eviction candidates sampled per miss (0 = exact scan, slow)");
+  flags.AddInt("sample", &sample,
+              "learned order: eviction candidates sampled per miss (0 = exact scan, slow); the heat order and the "
+              "references decide exactly, as expertd");
   flags.AddDouble("change-z", &change_z, "policy: adaptive-window frequency, z of the change test (0 = slow count only)");
   flags.AddDouble("steady-tokens", &steady, "policy: half-life of the steady count (tokens)");
   flags.AddDouble("lookahead-accuracy", &lookahead, "policy: simulated router look-ahead hints, share right (0 = none)");
@@ -65,6 +143,10 @@ int RunBenchCache(int argc, char** argv) {
                   "synthetic: the informed bound's rules q + w p to try (the best is reported), e.g. 0,0.5,1,3");
   flags.AddString("near-future", &near_future_s,
                   "reference: our policy told the true routing of the next N rows (token x layer), e.g. 1,8,75");
+  flags.AddBool("decision-cost", &decision_cost,
+               "time the heat order's eviction decisions at 2, 5 and 10% of the trace's experts instead (GLM-5's "
+               "19,456: --synthetic --layers 76); --budget not needed");
+  flags.AddInt("repeats", &repeats, "--decision-cost: replays per budget (median and spread over them)");
 
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail("bench cache", s);
   if (flags.help_requested()) {
@@ -73,7 +155,7 @@ int RunBenchCache(int argc, char** argv) {
   }
   if (trace_path.empty() == !synthetic)
     return Fail("bench cache", absl::InvalidArgumentError("give exactly one of --trace FILE or --synthetic"));
-  if (budget == 0 || expert_bytes == 0)
+  if ((budget == 0 && !decision_cost) || expert_bytes == 0)
     return Fail("bench cache", absl::InvalidArgumentError("--budget and --expert-bytes must be > 0"));
   if (synthetic && (layers < 1 || experts < 1 || experts > 65536 || tokens < 1))
     return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat(
@@ -86,6 +168,9 @@ int RunBenchCache(int argc, char** argv) {
                                                                        lookahead, ")")));
   if (harvest_every < 0 || !(learn_rate >= 0))
     return Fail("bench cache", absl::InvalidArgumentError("--harvest-every and --learn-rate must be >= 0"));
+  if (repeats < 1 || repeats > 1000)
+    return Fail("bench cache",
+                absl::InvalidArgumentError(absl::StrCat("--repeats must be in [1, 1000] (got ", repeats, ")")));
   RoutingTrace t;
   SyntheticTraceConfig c;
   if (synthetic) {
@@ -131,7 +216,6 @@ int RunBenchCache(int argc, char** argv) {
   uint64_t slots = budget / expert_bytes;
   uint64_t keys = uint64_t(t.num_layers) * t.num_experts;
   auto t0 = std::chrono::steady_clock::now();
-  auto lru = SimulateLru(t, slots);
   const int cands = sample > 0 ? static_cast<int>(sample) : 1 << 30;
   PolicyConfig pc{0, slow, fast, alpha, window, !fixed_alpha};
   pc.learn_rate = learn_rate;
@@ -139,6 +223,8 @@ int RunBenchCache(int argc, char** argv) {
   pc.steady_tokens = steady;
   pc.learned = false;
   const ReplayOptions ro{.sample = cands, .harvest_every = static_cast<uint64_t>(harvest_every), .row_leases = row_leases};
+  if (decision_cost) return DecisionCost(t, keys, pc, ro, int(repeats), json);
+  auto lru = SimulateLru(t, slots);
   auto ours = SimulateHeat(t, slots, pc, ro);  // expertd's default order: the heat score
   pc.learned = true;
   SimResult learned;
@@ -161,7 +247,9 @@ int RunBenchCache(int argc, char** argv) {
     opt_nb = SimulateBelady(t, slots, false);
     fixed = SimulateStaticBest(t, slots);
   }
-  // Synthetic only: the bound of an online policy told the generator's distribution.
+  // Synthetic only: the bound of an online policy told the generator's
+  // distribution; exact decisions, as ours.
+  constexpr int kExact = 1 << 30;
   SimResult informed, phase_counts;
   double informed_weight = 0;
   if (synthetic && !quick) {
@@ -169,10 +257,10 @@ int RunBenchCache(int argc, char** argv) {
       double wv;
       if (!absl::SimpleAtod(w, &wv) || wv < 0)
         return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat("--informed-weights: '", w, "'")));
-      SimResult x = SimulateInformed(t, slots, c, 8, cands, false, wv);
+      SimResult x = SimulateInformed(t, slots, c, 8, kExact, false, wv);
       if (x.hits >= informed.hits) informed = x, informed_weight = wv;
     }
-    phase_counts = SimulateInformed(t, slots, c, 1, cands, /*phase_counts=*/true);
+    phase_counts = SimulateInformed(t, slots, c, 1, kExact, /*phase_counts=*/true);
   }
   std::vector<std::pair<int64_t, SimResult>> near_future;
   for (absl::string_view f : absl::StrSplit(near_future_s, ',', absl::SkipEmpty())) {
@@ -180,7 +268,7 @@ int RunBenchCache(int argc, char** argv) {
     if (!absl::SimpleAtoi(f, &rows) || rows < 0)
       return Fail("bench cache", absl::InvalidArgumentError(absl::StrCat("--near-future: '", f, "' is not a row count")));
     pc.learned = false;
-    near_future.push_back({rows, SimulateNearFuture(t, slots, uint64_t(rows), pc, cands)});
+    near_future.push_back({rows, SimulateNearFuture(t, slots, uint64_t(rows), pc)});
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double gap = opt.hit_rate() - lru.hit_rate();
@@ -211,6 +299,7 @@ int RunBenchCache(int argc, char** argv) {
                         {"gap_closed_phase_counts", synthetic ? closed_by(phase_counts) : 0.0},
                         {"score_ns", {{"ours", ours.score_ns}, {"learned", learned.score_ns}}},
                         {"decision_us", {{"ours", ours.decision_ns / 1e3}, {"learned", learned.decision_ns / 1e3}}},
+                        {"scan_us", ours.scan_ns / 1e3},
                         {"decision_candidates", ours.decision_candidates},
                         {"keys", keys},
                         {"seconds", secs}};
@@ -240,9 +329,10 @@ int RunBenchCache(int argc, char** argv) {
   std::printf("eviction order cost: heat %.1f ns, learned %.1f ns per candidate (expertd scores every unpinned "
               "slab per miss: %.0f us at %lu slots)\n",
               ours.score_ns, learned.score_ns, ours.score_ns * double(slots) / 1000, (unsigned long)slots);
-  std::printf("one eviction decision (exact scan of %llu residents of %llu keys): heat %.1f us, learned %.1f us\n",
+  std::printf("one eviction decision (%llu residents of %llu keys): heat %.2f us (one Score per resident: %.1f us), "
+              "learned %.1f us\n",
               (unsigned long long)ours.decision_candidates, (unsigned long long)keys, ours.decision_ns / 1e3,
-              learned.decision_ns / 1e3);
+              ours.scan_ns / 1e3, learned.decision_ns / 1e3);
   if (!warm_path.empty())
     std::printf("warm (heat left by %s): ours %.2f%%, %.0f%% of the gap; learned %.2f%%, %.0f%%\n", warm_path.c_str(),
                 100 * ours_warm.hit_rate(), 100 * closed_by(ours_warm), 100 * learned_warm.hit_rate(),
