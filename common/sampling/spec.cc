@@ -138,9 +138,19 @@ double DepthChooser::Cost(int64_t rows) const {
   if (rows < static_cast<int64_t>(seconds_by_rows_.size()) && seconds_by_rows_[rows] > 0) {
     return seconds_by_rows_[rows];
   }
-  // Not measured: 10% more per row than the nearest measured smaller step (optimistic, so it is tried).
+  // Not measured: from the nearest measured smaller step, at least 10% more per row (optimistic, so it
+  // is tried), or the measured cost per row between it and the next smaller measured step when that is
+  // more (a compute-bound worker, whose rows each cost about a step: drafts are then not tried blindly).
   for (int64_t r = std::min<int64_t>(rows, static_cast<int64_t>(seconds_by_rows_.size()) - 1); r >= 1; --r) {
-    if (seconds_by_rows_[r] > 0) return seconds_by_rows_[r] * (1.0 + 0.1 * static_cast<double>(rows - r));
+    if (seconds_by_rows_[r] <= 0) continue;
+    double per_row = 0.1 * seconds_by_rows_[r];
+    for (int64_t q = r - 1; q >= 1; --q) {
+      if (seconds_by_rows_[q] > 0) {
+        per_row = std::max(per_row, (seconds_by_rows_[r] - seconds_by_rows_[q]) / static_cast<double>(r - q));
+        break;
+      }
+    }
+    return seconds_by_rows_[r] + per_row * static_cast<double>(rows - r);
   }
   return -1;  // nothing at or below `rows` measured
 }
@@ -156,12 +166,16 @@ DepthChooser::Pick DepthChooser::Best(int max_k, int64_t base_rows, const DepthC
   Pick best;
   // A plain step of this size was never measured: take one (the reference every depth is weighed against).
   if (cc.Cost(base_rows + 1) <= 0) return best;
-  const double rate0 = 1.0 / cc.Cost(base_rows + 1);
+  // The step's tokens per second, not this sequence's alone: the rows already planned (other
+  // sequences' decode rows, ~1 token each) are delayed by this sequence's drafts too, so in a batched,
+  // compute-bound step a draft row must pay for everybody's wait.
+  const double others = static_cast<double>(base_rows);
+  const double rate0 = (others + 1.0) / cc.Cost(base_rows + 1);
   double best_rate = rate0, expect = 1.0, chain = 1.0;
   for (int k = 1; k <= max_k; ++k) {
     chain *= Acceptance(k - 1);
     expect += chain;
-    const double rate = expect / (cc.Cost(base_rows + 1 + k) + draft_seconds_ * k);
+    const double rate = (others + expect) / (cc.Cost(base_rows + 1 + k) + draft_seconds_ * k);
     if (rate > best_rate * 1.02) {  // 2% margin: a depth must clearly pay
       best_rate = rate;
       best.k = k;

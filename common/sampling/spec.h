@@ -64,11 +64,14 @@ Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int
 // --speculative auto's depth: per draft position the acceptance rate
 // (accepted / drafted, with a prior of 1 accepted in 2), and the measured
 // cost of a step by the rows it feeds (seconds, exponential moving average).
-// Choose(max_k, base_rows) returns the k in 0..max_k that maximizes expected
-// tokens per second: (1 + sum_j prod_{i<=j} a_i) / T(base_rows + k + 1) * T(base_rows + 1);
+// Choose(max_k, base_rows) returns the k in 0..max_k that maximizes the step's
+// expected tokens per second, the base_rows rows already planned (other
+// sequences' rows) counted as a token each: (base_rows + 1 + sum_j prod_{i<=j}
+// a_i) / T(base_rows + k + 1), against (base_rows + 1) / T(base_rows + 1);
 // 0 unless a draft is expected to pay, and 0 until a plain step of that size
-// was measured. Depths never measured are tried once (their cost assumed 10%
-// per extra row over the nearest measured smaller step), so a depth whose
+// was measured. Depths never measured are tried once (their cost assumed
+// the nearest measured smaller step's plus, per extra row, the larger of 10%
+// of it and the measured cost per row below it), so a depth whose
 // verify reads many uncached experts (or, compute-bound, costs a row each) is
 // measured and then avoided. `costs`: another chooser
 // whose step costs to use (inferd: the worker's, measured over whole steps;

@@ -112,6 +112,21 @@ TEST(DepthChooser, DraftsWhenAcceptedAndCheapNeverWhenCostly) {
   for (int i = 0; i < 20; ++i) fresh.ObserveAcceptance(2, i % 3 == 0 ? 1 : 0);
   for (int64_t rows = 2; rows <= 3; ++rows) fresh.ObserveStep(rows, static_cast<double>(rows));
   EXPECT_EQ(fresh.Choose(2, 0), 0);
+  // Batched and compute-bound (each row costs a tenth of a 10-row step, as the demo model's 8-stream
+  // steps): deeper unmeasured steps are extrapolated at the measured cost per row, not at 10%: no
+  // blind exploration that a step of 8 sequences x 5 rows would pay for.
+  // And the other sequences' rows count: their tokens wait for this one's drafts too. At half a row's
+  // cost per row, fully accepted drafts pay alone (base 0), not behind 8 planned rows.
+  DepthChooser batched;
+  for (int i = 0; i < 50; ++i) batched.ObserveAcceptance(4, 4);
+  for (int64_t rows = 1; rows <= 13; ++rows) batched.ObserveStep(rows, 0.5 + 0.5 * static_cast<double>(rows));
+  EXPECT_EQ(batched.Choose(4, 8), 0);
+  EXPECT_GT(batched.Choose(4, 0), 0);
+  // Memory-bound (rows nearly free, GLM-5 through expertd): drafts pay in a batch too.
+  DepthChooser membound;
+  for (int i = 0; i < 50; ++i) membound.ObserveAcceptance(4, 4);
+  for (int64_t rows = 1; rows <= 13; ++rows) membound.ObserveStep(rows, 1.0 + 0.02 * rows);
+  EXPECT_EQ(membound.Choose(4, 8), 4);
 }
 
 TEST(KeyedRng, DependsOnSeedAndIndexOnly) {
