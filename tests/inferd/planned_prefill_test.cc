@@ -19,9 +19,12 @@
 namespace moe {
 namespace {
 
+// One directory per test: ctest runs the tests as parallel processes, which
+// must not write the same files at once.
 std::string TinyDir() {
   static const std::string dir = [] {
-    std::string d = std::string(MOE_BINARY_DIR) + "/tests/inferd/tiny_planned_prefill";
+    std::string d = std::string(MOE_BINARY_DIR) + "/tests/inferd/tiny_planned_prefill_" +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name();
     testing::WriteTinyCheckpoint(d, testing::TinySpec{});
     return d;
   }();
