@@ -148,12 +148,14 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     in_ready_s += std::chrono::duration<double>(Clock::now() - ready_t0).count();
     return absl::OkStatus();
   };
-  for (const auto& [which, use] : {std::pair{&decode_idx, FetchUse::kDecode}, std::pair{&prefill_idx, FetchUse::kPrefill}}) {
-    if (which->empty()) continue;
+  for (const auto& part : {std::pair{&decode_idx, FetchUse::kDecode}, std::pair{&prefill_idx, FetchUse::kPrefill}}) {
+    const std::vector<size_t>& which = *part.first;
+    if (which.empty()) continue;
     std::vector<int> ids;
-    for (size_t i : *which) ids.push_back(wanted[i].expert);
+    for (size_t i : which) ids.push_back(wanted[i].expert);
     MOE_RETURN_IF_ERROR(experts_->GetEach(
-        layer_id, ids, [&](size_t j, ExpertLease lease) { return compute((*which)[j], std::move(lease)); }, use));
+        layer_id, ids, [&](size_t j, ExpertLease lease) { return compute(which[j], std::move(lease)); },
+        part.second));
   }
   if (profile_)
     profile_->expert_fetch += std::chrono::duration<double>(Clock::now() - fetch_t0).count() - in_ready_s;
