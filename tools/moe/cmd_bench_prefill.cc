@@ -12,8 +12,8 @@
 // fails otherwise). Then a returning conversation (--returning tokens, then
 // --new-tokens more): TTFT cold, from the RAM prefix cache, and from the disk
 // tier after a restart (a new model + batcher on the same --prefix-cache-dir,
-// which first serves one unrelated one-token request, untimed, so its
-// weights are paged in; the restart's model open time is reported apart).
+// which first serves one unrelated request of the new turn's length,
+// untimed, so it is warm; the restart's model open time is reported apart).
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -270,9 +270,9 @@ int RunBenchPrefill(int argc, char** argv) {
       if (!bc.ok()) return Fail("bench prefill", bc.status());
       reopen_s = std::chrono::duration<double>(Clock::now() - t0).count();
       inferd::Batcher b(m->get(), *bc);
-      // The restarted worker first serves an unrelated one-token request (untimed): its weights are
-      // paged in as a worker that is up has them; what is left is the tier's part.
-      Served warm = Once(b, **m, std::vector<int32_t>{second.back()}, "warm");
+      // The restarted worker first serves an unrelated request of the new turn's length (untimed): its
+      // weights are paged in and its kernels warm, as in a worker that is up; what is left is the tier's.
+      Served warm = Once(b, **m, std::vector<int32_t>(more.begin(), more.end()), "warm");
       if (!warm.status.ok()) return Fail("bench prefill", warm.status);
       disk = Once(b, **m, second, "disk");
     }
