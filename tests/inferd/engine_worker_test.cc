@@ -23,12 +23,13 @@
 namespace moe {
 namespace {
 
+using inferd::testing::Greedy;
+
 // One directory per test: ctest runs the tests as parallel processes, which
 // must not write the same files at once.
 std::string TinyDir() {
   static const std::string dir = [] {
-    std::string d = std::string(MOE_BINARY_DIR) + "/tests/inferd/tiny_engine_model_" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::string d = inferd::testing::PerTestDir("tiny_engine_model");
     testing::WriteTinyCheckpoint(d, testing::TinySpec{});
     return d;
   }();
@@ -58,15 +59,6 @@ std::vector<int32_t> ReferenceGreedy(const std::vector<int32_t>& prompt, int n) 
 struct Collect : inferd::testing::SeqCollector {
   Collect() : SeqCollector(std::chrono::seconds(60)) {}
 };
-
-inferd::SeqRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int n) {
-  inferd::SeqRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.max_tokens = n;
-  r.sampling.temperature = 0;
-  return r;
-}
 
 TEST(InferdEngine, BatchedAndPrefixReusedSequencesMatchTheEngine) {
   auto m = inferd::EngineModel::Open(TinyDir(), EngineConfig{}, 0);

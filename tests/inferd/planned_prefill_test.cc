@@ -19,12 +19,13 @@
 namespace moe {
 namespace {
 
+using inferd::testing::Greedy;
+
 // One directory per test: ctest runs the tests as parallel processes, which
 // must not write the same files at once.
 std::string TinyDir() {
   static const std::string dir = [] {
-    std::string d = std::string(MOE_BINARY_DIR) + "/tests/inferd/tiny_planned_prefill_" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::string d = inferd::testing::PerTestDir("tiny_planned_prefill");
     testing::WriteTinyCheckpoint(d, testing::TinySpec{});
     return d;
   }();
@@ -35,15 +36,6 @@ std::vector<int32_t> Prompt(int n, int salt) {
   std::vector<int32_t> p;
   for (int i = 0; i < n; ++i) p.push_back((i * 31 + salt * 17 + 5) % 90);
   return p;
-}
-
-inferd::SeqRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int n) {
-  inferd::SeqRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.max_tokens = n;
-  r.sampling.temperature = 0;
-  return r;
 }
 
 struct Served {

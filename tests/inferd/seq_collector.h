@@ -1,5 +1,5 @@
-// Test helper: collects one sequence's streamed tokens from the batcher's callback and waits
-// for its end (shared by the inferd tests that drive a Batcher directly).
+// Test helpers shared by the inferd tests that drive a Batcher directly: a greedy request, a
+// per-test directory name, and a collector of one sequence's streamed tokens that waits for its end.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +13,23 @@
 #include "services/inferd/batcher.h"
 
 namespace moe::inferd::testing {
+
+// A greedy request of n tokens.
+inline SeqRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int n) {
+  SeqRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+// MOE_BINARY_DIR/tests/inferd/<stem>_<current test>: ctest runs each test as its own process, in
+// parallel, and two must not write one checkpoint directory at once.
+inline std::string PerTestDir(const std::string& stem) {
+  return std::string(MOE_BINARY_DIR) + "/tests/inferd/" + stem + "_" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
 
 struct SeqCollector {
   explicit SeqCollector(std::chrono::seconds timeout = std::chrono::seconds(30)) : timeout(timeout) {}
