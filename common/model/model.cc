@@ -180,7 +180,6 @@ absl::StatusOr<ForwardResult> Model::Forward(std::span<const int32_t> ids, KvCac
 ForwardPass::ForwardPass() : s_(std::make_unique<State>()) {}
 ForwardPass::~ForwardPass() = default;
 int ForwardPass::next_layer() const { return s_->next_layer; }
-int64_t ForwardPass::rows() const { return s_->S; }
 bool ForwardPass::layers_done() const { return s_->next_layer >= s_->num_layers; }
 
 absl::StatusOr<std::vector<ForwardResult>> Model::ForwardBatch(std::span<const BatchSeq> seqs) const {

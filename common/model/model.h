@@ -134,7 +134,6 @@ class ForwardPass {
   ForwardPass& operator=(const ForwardPass&) = delete;
   int next_layer() const;  // decoder layers done
   bool layers_done() const;
-  int64_t rows() const;
 
  private:
   friend class Model;

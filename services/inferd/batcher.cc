@@ -125,9 +125,14 @@ void Batcher::Loop() {
   std::vector<float> logits;
   while (true) {
     Deliveries out;
+    // Ended sequences leave active_, then their callbacks run (outside the lock).
+    auto deliver = [&] {
+      active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
+      for (auto& [cb, o] : out) cb(std::move(o));
+      out.clear();
+    };
     const bool running = Admit(&out);
-    for (auto& [cb, o] : out) cb(std::move(o));
-    out.clear();
+    deliver();
     if (!running) return;
     if (active_.empty()) continue;
     StartNewSequences();
@@ -136,16 +141,13 @@ void Batcher::Loop() {
       // step of everybody else.
       MaybeStartPass(&out);
       if (pass_) AdvancePassSlice(&out);
-      active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
-      for (auto& [cb, o] : out) cb(std::move(o));
-      out.clear();
+      deliver();
     }
     Step step = PlanOneStep(&logits);
     if (step.items.empty()) continue;  // everybody is in the pass
     const absl::Status st = Execute(step);
     FeedBack(step, st, logits, &out);
-    active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
-    for (auto& [cb, o] : out) cb(std::move(o));
+    deliver();
   }
 }
 

@@ -235,7 +235,8 @@ class Batcher {
   void MaybeStartPass(Deliveries* out);
   void AdvancePassSlice(Deliveries* out);
   void AbandonPassLocked();
-  // The pass as a Step (indices into active_ as of now), for FeedBack.
+  // The pass as a Step (indices into active_ as of now): its items begin the
+  // pass and its entries feed FeedBack.
   Step PassStep();
   // Speculation (batcher_spec.cc): the drafts s feeds after its pending token
   // this step (base_rows: rows already planned), and the rows' draws.

@@ -19,7 +19,6 @@ bool Batcher::WantsPass(const Seq& s) const {
 void Batcher::MaybeStartPass(Deliveries* out) {
   if (pass_) return;
   auto run = std::make_unique<PassRun>();
-  std::vector<int64_t> rows;
   int64_t left = config_.prefill_pass_rows;
   for (auto& sp : active_) {
     Seq& s = *sp;
@@ -35,26 +34,18 @@ void Batcher::MaybeStartPass(Deliveries* out) {
     run->ids.emplace_back(s.req.prompt.begin() + s.prompt_fed, s.req.prompt.begin() + s.prompt_fed + take);
     run->len0.push_back(s.state->length());
     run->samples.push_back(take == rem);
-    rows.push_back(take);
     left -= take;
   }
   if (run->seqs.empty()) return;
-  const int32_t V = model_->vocab_size();
-  run->logits.assign(std::count(run->samples.begin(), run->samples.end(), true) * static_cast<size_t>(V), 0.0f);
-  std::vector<SequenceModel::Item> items(run->seqs.size());
-  size_t li = 0;
-  for (size_t k = 0; k < items.size(); ++k) {
-    items[k].state = run->seqs[k]->state.get();
-    items[k].tokens = run->ids[k];
-    items[k].prefill = true;
-    items[k].logits = run->samples[k] ? run->logits.data() + (li++) * V : nullptr;
-  }
+  run->logits.assign(std::count(run->samples.begin(), run->samples.end(), true) *
+                         static_cast<size_t>(model_->vocab_size()),
+                     0.0f);
   for (Seq* m : run->seqs) m->in_pass = true;
   pass_ = std::move(run);
-  absl::StatusOr<std::unique_ptr<SequenceModel::Pass>> p = model_->BeginPass(items);
+  Step step = PassStep();
+  absl::StatusOr<std::unique_ptr<SequenceModel::Pass>> p = model_->BeginPass(step.items);
   if (!p.ok()) {
     // Fails its members as a failed step would (nothing was fed).
-    Step step = PassStep();
     for (Seq* m : pass_->seqs) m->in_pass = false;
     std::unique_ptr<PassRun> failed = std::move(pass_);
     FeedBack(step, p.status(), failed->logits, out);
@@ -62,10 +53,8 @@ void Batcher::MaybeStartPass(Deliveries* out) {
   }
   pass_->pass = std::move(*p);
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t total = 0;
-  for (int64_t r : rows) total += r;
-  stats_.prefill_pass_rows += total;
-  stats_.prefill_tokens += total;
+  stats_.prefill_pass_rows += step.plan.total_tokens;
+  stats_.prefill_tokens += step.plan.total_tokens;
 }
 
 // One slice: layers until the pass is through them or, while anybody else
@@ -129,11 +118,11 @@ Batcher::Step Batcher::PassStep() {
     step.tokens.push_back(pass_->ids[k]);
     SequenceModel::Item it;
     it.state = m->state.get();
+    it.tokens = pass_->ids[k];  // the pass's own copy: it outlives the step
     it.prefill = true;
     it.logits = pass_->samples[k] ? pass_->logits.data() + (li++) * V : nullptr;
     step.items.push_back(it);
   }
-  for (size_t k = 0; k < step.items.size(); ++k) step.items[k].tokens = step.tokens[k];
   return step;
 }
 

@@ -241,7 +241,6 @@ namespace {
 class EnginePass final : public SequenceModel::Pass {
  public:
   bool layers_done() const override { return fp->layers_done(); }
-  int next_layer() const override { return fp->next_layer(); }
   std::unique_ptr<ForwardPass> fp;
   std::vector<SequenceModel::Item> items;
   std::vector<BatchSeq> batch;  // ids: the items' spans (the batcher keeps them alive)

@@ -69,7 +69,6 @@ class SequenceModel {
    public:
     virtual ~Pass() = default;
     virtual bool layers_done() const = 0;
-    virtual int next_layer() const = 0;
   };
 
   virtual ~SequenceModel() = default;
