@@ -26,6 +26,10 @@
 
 namespace moe {
 
+// The default budget of one pass per worker (moe plan, inferd, moe bench
+// prefill): ~1,360 rows at GLM-5's dimensions, so a 1K-token prompt is one pass.
+inline constexpr int64_t kDefaultPrefillPassBytes = int64_t{512} << 20;
+
 int64_t PassActivationBytesPerRow(const ModelConfig& c);
 
 // Rows of one pass that fit `budget_bytes` (at least 1).

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "common/format/serving_plan.h"
 #include "common/model/kv_cache.h"
+#include "common/model/pass_memory.h"
 
 namespace moe {
 
@@ -59,7 +60,7 @@ struct PlanRequest {
   // a pass holds. 512 MiB: ~1,360 rows at GLM-5's dimensions, so a 1K-token
   // prompt reads each routed expert once. Capped at the rows of the context
   // (or kDefaultContext): a small model's pass needs far less.
-  uint64_t prefill_pass_bytes = 512ull << 20;
+  uint64_t prefill_pass_bytes = kDefaultPrefillPassBytes;
   uint64_t reserve_bytes = 512ull << 20;
 };
 

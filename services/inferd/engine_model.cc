@@ -64,6 +64,17 @@ bool GetU64(std::string_view b, size_t& off, uint64_t* v) {
   off += 8;
   return true;
 }
+
+// A parsed cache has `want`'s layout (layers, dtype, index-key format, row
+// widths, which layers keep index keys) and every layer the same length.
+bool SameLayout(const KvCache& c, const KvCache& want) {
+  bool same = c.num_layers() == want.num_layers() && c.dtype() == want.dtype() && c.index_q8() == want.index_q8();
+  for (auto s : {KvCache::kLatent, KvCache::kRope, KvCache::kIndexKey}) same = same && c.width(s) == want.width(s);
+  for (int l = 0; same && l < c.num_layers(); ++l) {
+    same = c.has_index_key(l) == want.has_index_key(l) && c.length(l) == c.length();
+  }
+  return same;
+}
 }  // namespace
 
 absl::StatusOr<std::string> EngineModel::SerializeState(const SeqState& state) const {
@@ -110,13 +121,9 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::ParseState(std::string_vi
   }
   MOE_ASSIGN_OR_RETURN(KvCache c, KvCache::Parse(kv_bytes, label));
   // The identity already says which model wrote it; the layout is checked anyway.
-  const KvCache want = engine_->NewCache();
-  bool same = c.num_layers() == want.num_layers() && c.dtype() == want.dtype() && c.index_q8() == want.index_q8();
-  for (auto s : {KvCache::kLatent, KvCache::kRope, KvCache::kIndexKey}) same = same && c.width(s) == want.width(s);
-  for (int l = 0; same && l < c.num_layers(); ++l) {
-    same = c.has_index_key(l) == want.has_index_key(l) && c.length(l) == c.length();
+  if (!SameLayout(c, engine_->NewCache())) {
+    return absl::FailedPreconditionError(absl::StrCat(label, ": KV layout differs from this model's"));
   }
-  if (!same) return absl::FailedPreconditionError(absl::StrCat(label, ": KV layout differs from this model's"));
   if (static_cast<int64_t>(c.tokens().size()) != c.length()) {
     return absl::DataLossError(absl::StrCat(label, ": ", c.tokens().size(), " token ids for ", c.length(), " KV rows"));
   }
@@ -128,10 +135,7 @@ absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::ParseState(std::string_vi
     bool restored = false;
     if (framed && static_cast<int64_t>(hidden.size()) == out->cache.length() * H) {
       auto m = KvCache::Parse(mtp_bytes, label + " (MTP cache)");
-      const KvCache fresh = out->mtp->cache();
-      if (m.ok() && m->num_layers() == fresh.num_layers() && m->width(KvCache::kLatent) == fresh.width(KvCache::kLatent) &&
-          m->width(KvCache::kIndexKey) == fresh.width(KvCache::kIndexKey) && m->dtype() == fresh.dtype() &&
-          m->length() <= out->cache.length()) {
+      if (m.ok() && SameLayout(*m, out->mtp->cache()) && m->length() <= out->cache.length()) {
         out->mtp->Restore(std::move(*m), std::move(hidden));
         restored = true;
       }
@@ -252,7 +256,11 @@ class EnginePass final : public SequenceModel::Pass {
 int64_t EngineModel::kv_bytes_per_token() const {
   if (kv_per_token_ <= 0 || !mtp_drafts_) return kv_per_token_;
   // The MTP drafter's rows are part of every sequence's state: admission counts them against the plan's KV.
-  return kv_per_token_ + MtpBytesPerToken(engine_->config(), engine_->NewCache().dtype(), engine_->index_q8());
+  return kv_per_token_ + MtpBytesPerToken(engine_->config(), cfg_.kv_dtype, engine_->index_q8());
+}
+
+int64_t EngineModel::default_pass_bytes() const {
+  return planned_pass_bytes_ > 0 ? planned_pass_bytes_ : kDefaultPrefillPassBytes;
 }
 
 int64_t EngineModel::pass_rows_for_bytes(int64_t budget_bytes) const {

@@ -57,8 +57,10 @@ class EngineModel final : public SequenceModel {
   void set_batched_forward(bool on) { batched_forward_ = on; }
   // The engine behind it (benchmarks: its expert source's counters, routing taps).
   Engine& engine() { return *engine_; }
+  // The serving plan's pass bytes (0: no plan, or one older than planned prefill).
   void set_planned_pass_bytes(int64_t b) { planned_pass_bytes_ = b; }
-  int64_t planned_pass_bytes() const override { return planned_pass_bytes_; }
+  // The plan's, else kDefaultPrefillPassBytes (common/model/pass_memory.h).
+  int64_t default_pass_bytes() const override;
   // Speculation: KvCache::Truncate rolls back; with MTP drafts on (inferd
   // --speculative mtp|auto on a model with an MTP layer) every state keeps an
   // MtpDrafter (common/model/spec_mtp.h) extended over its fed positions.

@@ -129,8 +129,9 @@ class SequenceModel {
   // are bit-identical to Forward(items). Needs can_rollback() (an abandoned
   // pass is truncated away).
   virtual int64_t pass_rows_for_bytes(int64_t budget_bytes) const { return 0; }
-  // The serving plan's bytes for one pass (0: no plan says).
-  virtual int64_t planned_pass_bytes() const { return 0; }
+  // The bytes of one pass when inferd's flag does not say: the serving plan's,
+  // else the model's default (0: none).
+  virtual int64_t default_pass_bytes() const { return 0; }
   virtual absl::StatusOr<std::unique_ptr<Pass>> BeginPass(std::span<const Item> items) {
     return absl::UnimplementedError(absl::StrCat(name(), ": no layer-major passes"));
   }

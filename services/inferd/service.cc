@@ -247,7 +247,7 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
                "(--prefill-pass-bytes)");
   flags.AddInt("prefill-pass-bytes", &prefill_pass_bytes,
                "activation bytes of one layer-major prefill pass (planned prefill, docs/SERVING.md): -1 = the "
-               "serving plan's, else 512 MiB; 0 = no passes (every prompt in --prefill-chunk chunks)");
+               "serving plan's, else the model's default (512 MiB for the engine); 0 = no passes (every prompt in --prefill-chunk chunks)");
   flags.AddDouble("prefill-slice-ms", &prefill_slice_ms,
                   "longest a prefill pass runs before the other sequences' next step (the latency it adds)");
   flags.AddBytes("prefix-cache-bytes", &prefix_cache_bytes, "KV of finished sequences kept for prefix reuse");
@@ -307,7 +307,7 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   bc.prefill_chunk = prefill_chunk;
   {
     int64_t pass_bytes = prefill_pass_bytes;
-    if (pass_bytes < 0) pass_bytes = (*model)->planned_pass_bytes() > 0 ? (*model)->planned_pass_bytes() : int64_t{512} << 20;
+    if (pass_bytes < 0) pass_bytes = (*model)->default_pass_bytes();
     bc.prefill_pass_rows = pass_bytes > 0 ? (*model)->pass_rows_for_bytes(pass_bytes) : 0;
     bc.prefill_slice_seconds = prefill_slice_ms / 1000.0;
     MOE_LOG(INFO) << "inferd: prefill: "

@@ -103,7 +103,7 @@ Served Once(inferd::Batcher& b, inferd::EngineModel& m, const std::vector<int32_
 int RunBenchPrefill(int argc, char** argv) {
   std::string model = MOE_DEFAULT_MODEL_DIR, prompts_s = "128,1024,8192", prefix_dir;
   double share = 0.02;
-  uint64_t budget = 0, pass_bytes = 512ull << 20;
+  uint64_t budget = 0, pass_bytes = kDefaultPrefillPassBytes;
   int64_t chunk = 128, returning = 4096, new_tokens = 32;
   bool json = false, cold_case = true;
   FlagSet flags("moe bench prefill",
