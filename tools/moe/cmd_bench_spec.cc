@@ -46,6 +46,7 @@
 #include "services/expertd_client/remote_expert_source.h"
 #include "services/inferd/batcher.h"
 #include "services/inferd/engine_model.h"
+#include "tools/moe/bench_util.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
 
@@ -88,7 +89,6 @@ absl::StatusOr<std::vector<int>> IntList(const std::string& flag, const std::str
 absl::StatusOr<Result> OneStream(Engine& e, const std::vector<int32_t>& prompt, int64_t n, const Config& c) {
   KvCache cache = e.NewCache();
   SamplingParams sp;
-  const int64_t b0 = e.expert_source().Stats().bytes_read;
   MOE_ASSIGN_OR_RETURN(GenerateResult g, e.Generate(prompt, n, sp, cache, SpecOptions{c.mode, std::max(1, c.k)}));
   Result r;
   r.tokens = g.tokens;
@@ -97,7 +97,6 @@ absl::StatusOr<Result> OneStream(Engine& e, const std::vector<int32_t>& prompt, 
   r.tps = g.decode_seconds > 0 ? decoded / g.decode_seconds : 0;
   r.tokens_per_step = g.spec.TokensPerStep();
   r.bytes_per_token = decoded > 0 ? static_cast<double>(g.decode_expert_bytes) / decoded : 0;
-  (void)b0;
   return r;
 }
 
@@ -215,11 +214,6 @@ absl::StatusOr<Result> Planted(Engine& e, const std::vector<int32_t>& prompt, co
   r.tokens_per_step = r.spec.TokensPerStep();
   r.bytes_per_token = static_cast<double>(e.expert_source().Stats().bytes_read - b0) / decoded;
   return r;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 }  // namespace
@@ -366,13 +360,14 @@ int RunBenchSpec(int argc, char** argv) {
           for (size_t i = 0; i < all.drafted_at.size(); ++i) {
             acc_at.push_back(all.drafted_at[i] ? static_cast<double>(all.accepted_at[i]) / all.drafted_at[i] : 0);
           }
+          const Spread sp = SpreadOf(tps);
           nlohmann::json row = {{"budget_pct", budget},
                                 {"streams", S},
                                 {"config", name(configs[ci])},
-                                {"tps_median", Median(tps)},
-                                {"tps_min", *std::min_element(tps.begin(), tps.end())},
-                                {"tps_max", *std::max_element(tps.begin(), tps.end())},
-                                {"ratio_to_off_median", Median(ratio)},
+                                {"tps_median", sp.median},
+                                {"tps_min", sp.min},
+                                {"tps_max", sp.max},
+                                {"ratio_to_off_median", SpreadOf(ratio).median},
                                 {"tokens_per_step", tps_step},
                                 {"expert_bytes_per_token", bpt},
                                 {"acceptance_per_position", acc_at}};
@@ -380,9 +375,8 @@ int RunBenchSpec(int argc, char** argv) {
           if (!json) {
             std::string a;
             for (double x : acc_at) absl::StrAppend(&a, absl::StrFormat("%.2f ", x));
-            std::printf("  %-14s %9.2f %7.2f..%-7.2f %9.3f %11.2f %10.2f  %s\n", name(configs[ci]).c_str(), Median(tps),
-                        *std::min_element(tps.begin(), tps.end()), *std::max_element(tps.begin(), tps.end()),
-                        Median(ratio), tps_step, bpt / 1e6, a.c_str());
+            std::printf("  %-14s %9.2f %7.2f..%-7.2f %9.3f %11.2f %10.2f  %s\n", name(configs[ci]).c_str(), sp.median,
+                        sp.min, sp.max, SpreadOf(ratio).median, tps_step, bpt / 1e6, a.c_str());
           }
         }
       }
