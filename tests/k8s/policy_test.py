@@ -51,22 +51,6 @@ def flag_values(args, name):
     return out
 
 
-def conf_section(conf_text, section):
-    """{key: last value} of [section] plus lines before any section (config_file.h)."""
-    vals, sec = {}, ""
-    for raw in conf_text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("["):
-            sec = line.strip("[]").strip()
-            continue
-        key, _, v = line.partition("=")
-        if sec in ("", section):
-            vals[key.strip()] = v.strip()
-    return vals
-
-
 def selector_matches(sel, labels):
     if not sel:
         return False
@@ -214,7 +198,7 @@ def check_model_and_config(o):
         if not va or "configMap" not in (va[0] or {}) or va[0]["configMap"]["name"] != o.conf_map["metadata"]["name"] \
                 or os.path.relpath(cfg[0], va[1]["mountPath"]) != "moestream.conf":
             o.bad(f"{where} {b}: --config {cfg[0]} is not moestream.conf of the mounted config ConfigMap")
-        sect = conf_section(o.conf, b)
+        sect = plan_limits.conf_section(o.conf, b)
         for key in ("model", "tokenizer", "plan"):
             for p in [sect[key]] if key in sect else []:
                 if key == "tokenizer" and p == "byte":
@@ -248,8 +232,8 @@ def check_sockets(o):
     for where, t, c, b, args in servers:
         if b != "inferd":
             continue
-        x = flag_values(args, "expertd") or ([conf_section(o.conf, "inferd")["expertd"]]
-                                              if "expertd" in conf_section(o.conf, "inferd") else [])
+        x = flag_values(args, "expertd") or ([plan_limits.conf_section(o.conf, "inferd")["expertd"]]
+                                              if "expertd" in plan_limits.conf_section(o.conf, "inferd") else [])
         x = x[-1] if x else ""
         if x.removeprefix("unix:") != sock:
             o.bad(f"{where}: inferd's expertd is '{x}', expertd listens on unix:{sock}")

@@ -42,9 +42,10 @@ def parse_bytes(text):
     return int(float(m.group(1)) * UNITS[m.group(2).upper()])
 
 
-def conf_value(conf_text, section, key):
-    """The last `key = value` of [section] (or before any section), as ArgsWithConfig reads it."""
-    sec, found = "", None
+def conf_section(conf_text, section):
+    """{key: last value} of [section] plus the lines before any section, as ArgsWithConfig reads
+    moestream.conf (common/base/config_file.h)."""
+    vals, sec = {}, ""
     for raw in conf_text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -52,10 +53,15 @@ def conf_value(conf_text, section, key):
         if line.startswith("["):
             sec = line.strip("[]").strip()
             continue
-        k, _, v = line.partition("=")
-        if k.strip() == key and sec in ("", section):
-            found = v.strip()
-    return found
+        key, _, v = line.partition("=")
+        if sec in ("", section):
+            vals[key.strip()] = v.strip()
+    return vals
+
+
+def conf_value(conf_text, section, key):
+    """The last `key = value` of [section] (or before any section); None when absent."""
+    return conf_section(conf_text, section).get(key)
 
 
 def figures(plan, conf_text, process_overhead):
