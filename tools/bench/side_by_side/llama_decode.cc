@@ -1,11 +1,11 @@
-// llama.cpp's side of tools/bench/side_by_side/run.sh: load a GGUF through libllama, prefill the given
+// llama.cpp's side of tools/bench/side_by_side/run.py: load a GGUF through libllama, prefill the given
 // prompt token ids in one llama_decode (time to first token), then decode greedily one token at a time,
 // and print one JSON line: timings, the greedy tokens, bytes this process read from storage
 // (/proc/self/io read_bytes: page faults of the mmap included) for prefill and decode, peak RSS.
 // Token ids in, token ids out: the two engines are compared on the same ids, no tokenizer involved.
 //
 // Not part of the repo build (hand-run comparison, like tools/bench/ggml_matmul_bench.cc). Build against
-// the llama.cpp vendored in the llama-cpp-python sdist (run.sh does it):
+// the llama.cpp vendored in the llama-cpp-python sdist (build_llama.sh does it):
 //   cmake -S $L -B lbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
 //     -DGGML_BACKEND_DL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 //     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF && cmake --build lbuild --target llama

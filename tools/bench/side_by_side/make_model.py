@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes one GLM-5-shaped model twice, with the same weights: as a moestream container (through `moe
-convert`) and as a GGUF for llama.cpp (with the `gguf` package), for tools/bench/side_by_side/run.sh.
+convert`) and as a GGUF for llama.cpp (with the `gguf` package), for tools/bench/side_by_side/run.py.
 
 Shapes: GLM-5's real layer dimensions (MODEL_SPEC.md: H 6144, 64 heads, MLA q_lora 2048 / kv_lora 512,
 qk_nope 192 / qk_rope 64 / v 256, DSA indexer 32 x 128 with top-k 2048, dense MLP 12288, routed experts

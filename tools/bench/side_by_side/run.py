@@ -13,7 +13,8 @@ delivered in decode plus the worker's page faults), peak RSS of each process, th
 (memory.max_usage_in_bytes), and the greedy tokens (agreement between the two).
 
   python3 tools/bench/side_by_side/run.py --dir DIR --llama-bin BIN [--limit 8G] [--budget auto]
-      [--prompt-tokens 512] [--n-predict 32] [--repeats 2] [--llama-variants default,tuned] [--json OUT]
+      [--prompt-tokens 512] [--n-predict 32] [--repeats 2] [--first-repeat 0] [--llama-variants default,tuned]
+      [--json OUT]
 Run as root, under /work/bin/quiet (it takes the machine).
 """
 import argparse
@@ -151,7 +152,10 @@ def run_moestream(a, cg, ids_file, budget):
 
 
 def run_llama(a, cg, ids_file, variant):
-    flags = {"default": [], "tuned": a.llama_tuned.split()}[variant]
+    # "default": llama.cpp's defaults (mmap) but for the CPU repack of Q4_0 weights, which aborts on this CPU
+    # (ggml_backend_sched_split_graph, llama-cpp-python 0.3.36) and would copy every weight out of the mmap
+    # into anonymous memory: --repack off (llama.cpp's --no-repack) on every variant.
+    flags = {"default": ["--repack", "off"], "tuned": ["--repack", "off"] + a.llama_tuned.split()}[variant]
     out, read, rss = timed_child([a.llama_bin, "--model", a.gguf, "--prompt-ids", ids_file,
                                   "--n-predict", str(a.n_predict)] + flags, cg)
     j = json.loads(out.strip().splitlines()[-1])
@@ -172,6 +176,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--n-predict", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--first-repeat", type=int, default=0,
+                    help="number of the first repeat (odd: the sides in reverse order; to split repeats over runs)")
     ap.add_argument("--sides", default="moestream,llama")
     ap.add_argument("--llama-variants", default="default,tuned")
     ap.add_argument("--llama-tuned", default="--threads 2 --batch 512 --ubatch 512 --flash-attn on")
@@ -195,7 +201,7 @@ def main():
     with open(ids_file, "w") as f:
         f.write(",".join(map(str, ids)))
     runs = []
-    for rep in range(a.repeats):
+    for rep in range(a.first_repeat, a.first_repeat + a.repeats):
         order = a.sides.split(",") if rep % 2 == 0 else a.sides.split(",")[::-1]
         for side in order:
             variants = ["moestream"] if side == "moestream" else a.llama_variants.split(",")
