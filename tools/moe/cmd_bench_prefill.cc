@@ -70,8 +70,19 @@ struct Served {
   double ttft = 0;
   int64_t bytes = 0, fetches = 0, passes = 0, cached = 0;
   std::vector<int32_t> tokens;
+  StepProfile profile;  // where the request's forwards spent their time
   absl::Status status;
 };
+
+// Seconds of a profile by part (the returning conversation's columns: what a restart costs is read here).
+nlohmann::json ProfileJson(const StepProfile& p) {
+  return {{"forwards", p.forwards},       {"rows", p.rows},
+          {"total_s", p.total},           {"attention_s", p.attention},
+          {"indexer_s", p.indexer},       {"router_s", p.router},
+          {"shared_expert_s", p.shared_expert}, {"dense_mlp_s", p.dense_mlp},
+          {"routed_experts_s", p.routed_experts}, {"expert_fetch_s", p.expert_fetch},
+          {"lm_head_s", p.lm_head},       {"other_s", p.Other()}};
+}
 
 // One greedy request of `prompt` (max_tokens 1) on `b`, timed from Submit.
 Served Once(inferd::Batcher& b, inferd::EngineModel& m, const std::vector<int32_t>& prompt, const std::string& id) {
@@ -84,10 +95,13 @@ Served Once(inferd::Batcher& b, inferd::EngineModel& m, const std::vector<int32_
   r.max_tokens = 1;
   r.sampling.temperature = 0;
   Waiter w;
+  // Only this request runs on b: its forwards are the profile's.
+  m.engine().mutable_model().set_profile(&s.profile);
   const Clock::time_point t0 = Clock::now();
   s.status = b.Submit(std::move(r), w.Cb());
+  if (s.status.ok()) w.Wait();
+  m.engine().mutable_model().set_profile(nullptr);
   if (!s.status.ok()) return s;
-  w.Wait();
   if (w.fin.reason == inferd::EndReason::kError) s.status = w.fin.error;
   s.ttft = std::chrono::duration<double>(w.first - t0).count();
   s.bytes = m.engine().expert_source().Stats().bytes_read - bytes0;
@@ -285,15 +299,31 @@ int RunBenchPrefill(int argc, char** argv) {
     }
     ret = {{"first_turn_tokens", n},
            {"new_tokens", new_tokens},
-           {"cold", {{"ttft_s", cold.ttft}, {"cached", cold.cached}, {"bytes", cold.bytes}}},
-           {"ram_prefix", {{"ttft_s", ram.ttft}, {"cached", ram.cached}, {"bytes", ram.bytes}}},
+           {"cold",
+            {{"ttft_s", cold.ttft}, {"cached", cold.cached}, {"bytes", cold.bytes}, {"profile", ProfileJson(cold.profile)}}},
+           {"ram_prefix",
+            {{"ttft_s", ram.ttft}, {"cached", ram.cached}, {"bytes", ram.bytes}, {"profile", ProfileJson(ram.profile)}}},
            {"disk_after_restart",
-            {{"ttft_s", disk.ttft}, {"cached", disk.cached}, {"bytes", disk.bytes}, {"model_open_s", reopen_s}}}};
+            {{"ttft_s", disk.ttft},
+             {"cached", disk.cached},
+             {"bytes", disk.bytes},
+             {"model_open_s", reopen_s},
+             {"profile", ProfileJson(disk.profile)}}}};
     if (!json) {
       std::printf("returning conversation: %lld + %lld tokens: cold %.3f s; RAM prefix cache %.3f s (%lld cached); "
                   "disk tier after a restart %.3f s (%lld cached; the restart's model open %.2f s)\n",
                   static_cast<long long>(n), static_cast<long long>(new_tokens), cold.ttft, ram.ttft,
                   static_cast<long long>(ram.cached), disk.ttft, static_cast<long long>(disk.cached), reopen_s);
+      std::printf("%-5s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "case", "forward", "attn", "indexer", "router",
+                  "shared", "dense", "experts", "fetch", "other");
+      for (auto [name, s] : {std::pair{"cold", &cold}, std::pair{"RAM", &ram}, std::pair{"disk", &disk}}) {
+        if (s->profile.forwards == 0) continue;
+        const StepProfile& p = s->profile;
+        std::printf("%-5s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f  (s; %lld forwards, %lld rows, %.2f GB read)\n",
+                    name, p.total, p.attention, p.indexer, p.router, p.shared_expert, p.dense_mlp, p.routed_experts,
+                    p.expert_fetch, p.Other(), static_cast<long long>(p.forwards), static_cast<long long>(p.rows),
+                    s->bytes / 1e9);
+      }
     }
   }
   if (json) {
