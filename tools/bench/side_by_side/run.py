@@ -12,9 +12,14 @@ read_bytes; for decode alone: llama_decode's own counter, and for moestream the 
 delivered in decode plus the worker's page faults), peak RSS of each process, the cgroup's peak
 (memory.max_usage_in_bytes), and the greedy tokens (agreement between the two).
 
+The third side, `stack`, is the served path: expertd + one inferd + the gateway started by deploy/start.sh
+from one generated config (--expertd-conf / --inferd-conf add lines), every process in the cgroup, and one
+streamed /v1/completions request (prompt as token ids, temperature 0, ignore_eos). Its reads are the sum of
+/proc/PID/io over the cgroup's processes; its text is checked against `moe run`'s tokens decoded.
+
   python3 tools/bench/side_by_side/run.py --dir DIR --llama-bin BIN [--limit 8G] [--budget auto]
       [--prompt-tokens 512] [--n-predict 32] [--repeats 2] [--first-repeat 0] [--llama-variants default,tuned]
-      [--json OUT]
+      [--sides moestream,stack,llama] [--json OUT]
 Run as root, under /work/bin/quiet (it takes the machine).
 """
 import argparse
@@ -148,7 +153,88 @@ def run_moestream(a, cg, ids_file, budget):
             "decode_expert_bytes": s["decode_expert_bytes"],
             "decode_read_bytes_per_token": s["decode_expert_bytes"] / max(1, n - 1),
             "expert_hit_rate": s["expert_hit_rate"], "peak_rss_bytes": {"expertd": expertd_rss, "worker": worker_rss},
-            "budget_bytes": budget, "tokens": j["tokens"]}
+            "budget_bytes": budget, "stopped_at_eos": j["stopped_at_eos"], "tokens": j["tokens"]}
+
+
+def cgroup_read_bytes(cg):
+    """read_bytes of every process now in the cgroup (/proc/PID/io)."""
+    total = 0
+    for pid in cg.read("cgroup.procs").split():
+        try:
+            total += proc_io(int(pid))
+        except (OSError, KeyError, ValueError):
+            pass  # exited meanwhile
+    return total
+
+
+def cgroup_hwm(cg):
+    """Peak RSS per process name of the processes now in the cgroup."""
+    out = {}
+    for pid in cg.read("cgroup.procs").split():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            if name in ("bash", "respawn.sh", "sleep"):
+                continue
+            out[name] = max(out.get(name, 0), proc_hwm(int(pid)))
+        except OSError:
+            pass
+    return out
+
+
+def run_stack(a, cg, ids, budget):
+    """The served path: expertd + one inferd + the gateway (deploy/start.sh with one config file, every process
+    in the cgroup), one streamed /v1/completions request with the prompt as token ids, greedy. TTFT = request
+    sent -> first streamed token; decode tokens/s over the rest; the text is compared with moe run's tokens
+    decoded (placement never changes the answer)."""
+    import http.client
+    d = tempfile.mkdtemp(prefix="sbs-stack-")
+    port = 18000 + os.getpid() % 1000
+    conf = os.path.join(d, "moestream.conf")
+    with open(conf, "w") as f:
+        f.write(f"[expertd]\nmodel = {a.container}\nbudget = {budget}\n{a.expertd_conf}\n"
+                f"[inferd]\nmodel = {a.container}\nmax-sequences = 1\nprefix-cache-bytes = 64M\n{a.inferd_conf}\n"
+                f"[gateway]\nlisten = 127.0.0.1:{port}\nserved-model-name = moestream\n"
+                f"tokenizer = {os.path.join(ROOT, 'tests/data/text/glm_tiny')}\n")
+    start = subprocess.run([os.path.join(ROOT, "deploy/start.sh"), "--config", conf, "--run-dir", d, "--workers", "1",
+                            "--bin-dir", a.build], preexec_fn=cg.enter, capture_output=True, text=True, timeout=900)
+    try:
+        if start.returncode != 0:
+            raise RuntimeError(f"start.sh failed: {start.stderr[-2000:]}")
+        body = json.dumps({"model": "moestream", "prompt": ids, "max_tokens": a.n_predict, "temperature": 0,
+                           "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+        io0 = cgroup_read_bytes(cg)
+        t0 = time.time()
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:2000]!r}")
+        text, t_first, t_last, usage, io_first = "", None, None, None, None
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for c in ev.get("choices", []):
+                if c.get("text"):
+                    if t_first is None:
+                        t_first, io_first = time.time(), cgroup_read_bytes(cg)
+                    t_last = time.time()
+                    text += c["text"]
+        io_end = cgroup_read_bytes(cg)
+        rss = cgroup_hwm(cg)
+    finally:
+        subprocess.run([os.path.join(ROOT, "deploy/stop.sh"), "--run-dir", d], capture_output=True)
+    n = usage["completion_tokens"]
+    dec = t_last - t_first
+    return {"engine": "moestream-stack", "ttft_seconds": t_first - t0, "prompt_tokens": usage["prompt_tokens"],
+            "decode_tokens": n - 1, "decode_seconds": dec, "decode_tokens_per_second": (n - 1) / dec if dec > 0 else 0,
+            "read_bytes": io_end - io0, "decode_read_bytes": io_end - io_first,
+            "decode_read_bytes_per_token": (io_end - io_first) / max(1, n - 1), "peak_rss_bytes": rss,
+            "budget_bytes": budget, "text": text}
 
 
 def run_llama(a, cg, ids_file, variant):
@@ -178,7 +264,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--first-repeat", type=int, default=0,
                     help="number of the first repeat (odd: the sides in reverse order; to split repeats over runs)")
-    ap.add_argument("--sides", default="moestream,llama")
+    ap.add_argument("--sides", default="moestream,stack,llama",
+                    help="moestream: moe run over expertd (the engine, token ids out); stack: expertd + inferd + "
+                         "gateway, one streamed /v1/completions request; llama: llama_decode")
+    ap.add_argument("--expertd-conf", default="", help="extra [expertd] lines of the stack's config (key = value)")
+    ap.add_argument("--inferd-conf", default="", help="extra [inferd] lines of the stack's config (key = value)")
     ap.add_argument("--llama-variants", default="default,tuned")
     ap.add_argument("--llama-tuned", default="--threads 2 --batch 512 --ubatch 512 --flash-attn on")
     ap.add_argument("--seed", type=int, default=1)
@@ -204,20 +294,27 @@ def main():
     for rep in range(a.first_repeat, a.first_repeat + a.repeats):
         order = a.sides.split(",") if rep % 2 == 0 else a.sides.split(",")[::-1]
         for side in order:
-            variants = ["moestream"] if side == "moestream" else a.llama_variants.split(",")
+            if side not in ("moestream", "stack", "llama"):
+                sys.exit(f"--sides: unknown side {side!r} (moestream, stack, llama)")
+            variants = a.llama_variants.split(",") if side == "llama" else [side]
             for v in variants:
                 drop_cache([a.container, a.gguf])
                 cg = Cgroup(f"moe-sbs-{os.getpid()}", limit)
                 try:
                     t0 = time.time()
-                    r = run_moestream(a, cg, ids_file, budget) if side == "moestream" else run_llama(a, cg, ids_file, v)
+                    if side == "moestream":
+                        r = run_moestream(a, cg, ids_file, budget)
+                    elif side == "stack":
+                        r = run_stack(a, cg, ids, budget)
+                    else:
+                        r = run_llama(a, cg, ids_file, v)
                     r["wall_seconds"] = time.time() - t0
                     r["cgroup"] = cg.stats()
                     r["repeat"] = rep
                 finally:
                     cg.remove()
                 runs.append(r)
-                print(json.dumps({k: v for k, v in r.items() if k != "tokens"}), flush=True)
+                print(json.dumps({k: v for k, v in r.items() if k not in ("tokens", "text")}), flush=True)
     ours = [r for r in runs if r["engine"] == "moestream"]
     theirs = [r for r in runs if r["engine"] == "llama.cpp"]
     agree = None
@@ -226,15 +323,25 @@ def main():
         n = min(len(x), len(y))
         first = next((i for i in range(n) if x[i] != y[i]), n)
         agree = {"compared": n, "equal": sum(x[i] == y[i] for i in range(n)), "first_difference": first}
+    stack = [r for r in runs if r["engine"] == "moestream-stack"]
+    stack_agree = None
+    if ours and stack:
+        dec = subprocess.run([os.path.join(a.build, "tools/moe/moe"), "tokenize", "--decode", "--skip-special",
+                              "--tokenizer", os.path.join(ROOT, "tests/data/text/glm_tiny/tokenizer.json")],
+                             input=",".join(map(str, ours[0]["tokens"])), capture_output=True, text=True)
+        want = dec.stdout.rstrip("\n") if dec.returncode == 0 else None
+        # moe run stops at an end-of-sequence token, the stack (ignore_eos, as llama_decode) goes on.
+        same = lambda t: want is not None and (t == want or (ours[0]["stopped_at_eos"] and t.startswith(want)))  # noqa: E731
+        stack_agree = {"moe_run_text": want, "identical": [same(r["text"]) for r in stack]}
     res = {"limit_bytes": limit, "budget_bytes": budget, "resident_bytes": resident, "expert_bytes": expert_bytes,
            "model_bytes": total, "gguf_bytes": os.path.getsize(a.gguf), "prompt_tokens": a.prompt_tokens,
-           "n_predict": a.n_predict, "runs": runs, "greedy_agreement": agree,
+           "n_predict": a.n_predict, "runs": runs, "greedy_agreement": agree, "stack_vs_moe_run": stack_agree,
            "config": {k: cfg[k] for k in ("hidden_size", "num_hidden_layers", "n_routed_experts",
                                           "num_experts_per_tok", "moe_intermediate_size")}}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
-    print(json.dumps({"greedy_agreement": agree}))
+    print(json.dumps({"greedy_agreement": agree, "stack_vs_moe_run": stack_agree}))
 
 
 if __name__ == "__main__":
