@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/base/sanitizer.h"
 
 namespace moe {
 namespace {
@@ -94,7 +95,7 @@ void PackRow(QFormat f, const int8_t* q, int64_t cols, uint8_t* data) {
 
 // codes: scratch of at least `cols` bytes. Cloned for AVX2 (same IEEE
 // operations, so the bytes do not depend on the clone chosen).
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && !MOE_ASAN
 __attribute__((target_clones("avx2", "default")))
 #endif
 bool QuantizeRowImpl(QFormat f, const float* w, int64_t cols, uint8_t* data, float* scales,

@@ -4,6 +4,7 @@
 
 #include "common/format/quantize.h"
 #include "common/model/bf16.h"
+#include "common/base/sanitizer.h"
 
 namespace moe {
 namespace {
@@ -41,7 +42,7 @@ void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y) {
   }
 }
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && !MOE_ASAN
 #define MOE_CLONE_AVX2 __attribute__((target_clones("avx2", "default")))
 #else
 #define MOE_CLONE_AVX2

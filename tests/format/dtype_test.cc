@@ -94,7 +94,11 @@ TEST(DTypeTest, F16AndBf16AllCodesMatchReferenceHashes) {
 
 TEST(DTypeTest, F16AllCodesMatchCompilerFloat16) {
   // GCC's _Float16 conversion is an independent implementation; it may quiet
-  // signalling NaNs, so NaNs compare by NaN-ness and sign.
+  // signalling NaNs, so NaNs compare by NaN-ness and sign. clang 14 has no _Float16 on x86
+  // without AVX512-FP16 (the sanitizer build); the g++ Release build runs this.
+#ifndef __FLT16_MAX__
+  GTEST_SKIP() << "this compiler has no _Float16 on this target";
+#else
   for (uint32_t c = 0; c < 65536; ++c) {
     const uint16_t h = static_cast<uint16_t>(c);
     _Float16 x;
@@ -108,6 +112,7 @@ TEST(DTypeTest, F16AllCodesMatchCompilerFloat16) {
       ASSERT_EQ(F32ToBits(got), F32ToBits(want)) << std::hex << c;
     }
   }
+#endif
 }
 
 TEST(DTypeTest, F32ToBf16RoundsToNearestEvenLikeMlDtypes) {

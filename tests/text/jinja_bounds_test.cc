@@ -11,6 +11,7 @@
 #include "common/text/chat_template.h"
 #include "common/text/jinja/template.h"
 #include "gtest/gtest.h"
+#include "common/base/sanitizer.h"
 
 namespace moe::text {
 namespace {
@@ -18,11 +19,7 @@ namespace {
 // Under AddressSanitizer a frame is several times larger, so the native-stack backstop
 // (max_stack_bytes) may stop a deep render before the depth limit a test names: either
 // bound is the refusal the test wants.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = MOE_ASAN;
 std::string LimitOr(const std::string& err, const std::string& limit) {
   if (kSanitized && err.find("(limit max_stack_bytes)") != std::string::npos) return limit;
   return err;

@@ -311,7 +311,8 @@ int RunBenchKernels(int argc, char** argv) {
             for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 997) / 997.0f - 0.5f;
             std::vector<std::pair<std::string, int>> kernels_to_run = {{"matmul", 1}};
             if (shape.name == "expert_gate_up" && S <= 4) kernels_to_run.push_back({"gate_up_swiglu", 2});
-            for (const auto& [kname, nmats_per_call] : kernels_to_run) {
+            for (const auto& [kname, per_call] : kernels_to_run) {
+              const int nmats_per_call = per_call;  // a lambda cannot capture a binding in clang 14
               if (nmats_per_call == 2 && nmat < 2) continue;
               const Timing tm = TimeCalls(opt, nmat, nmats_per_call, static_cast<int>(threads), [&](int64_t i) {
                 absl::Status st = nmats_per_call == 2
