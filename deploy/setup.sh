@@ -2,8 +2,9 @@
 # Installs every dependency (Debian packages, PyPI packages) and builds
 # moestream into build/ (Release). Idempotent; safe to re-run.
 #   deploy/setup.sh [--sanitize | --fuzz]
-#     --sanitize builds build-asan/ with ASan+UBSan (the unit tests);
-#     --fuzz builds build-fuzz/ with clang-14: the libFuzzer targets (docs/FUZZING.md).
+#     --sanitize builds build-asan/ with clang-14, ASan+UBSan at -O1: the unit tests and the
+#       libFuzzer targets, sharing one compile of the libraries (docs/FUZZING.md);
+#     --fuzz builds build-fuzz/ the same way with only the fuzz targets and what they reach.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -44,17 +45,18 @@ BUILD_DIR=build
 EXTRA=()
 if [ "${1:-}" = "--sanitize" ]; then
   BUILD_DIR=build-asan
-  EXTRA=(-DMOE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_BUILD_BENCH=OFF)
+  # Build type "Sanitize": no flags of its own; CMakeLists.txt sets -O1 -gline-tables-only.
+  EXTRA=(-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DMOE_SANITIZE=ON -DMOE_FUZZ=ON
+         -DCMAKE_BUILD_TYPE=Sanitize -DMOE_BUILD_BENCH=OFF)
 elif [ "${1:-}" = "--fuzz" ]; then
   BUILD_DIR=build-fuzz
-  # Build type "Fuzz": no flags of its own; CMakeLists.txt sets -O1 -gline-tables-only.
-  EXTRA=(-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DMOE_FUZZ=ON -DCMAKE_BUILD_TYPE=Fuzz
-         -DMOE_BUILD_BENCH=OFF)
+  EXTRA=(-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DMOE_FUZZ=ON -DMOE_FUZZ_ONLY=ON
+         -DCMAKE_BUILD_TYPE=Sanitize -DMOE_BUILD_BENCH=OFF)
 fi
 JOBS=${JOBS:-$(nproc)}
 cmake -S "$ROOT" -B "$ROOT/$BUILD_DIR" -G Ninja -DPython3_EXECUTABLE="$(command -v $PY)" "${EXTRA[@]}" >/dev/null
 if [ "${1:-}" = "--sanitize" ]; then
-  cmake --build "$ROOT/$BUILD_DIR" --target unit_tests -j "$JOBS"
+  cmake --build "$ROOT/$BUILD_DIR" --target unit_tests fuzzers -j "$JOBS"
 elif [ "${1:-}" = "--fuzz" ]; then
   cmake --build "$ROOT/$BUILD_DIR" --target fuzzers -j "$JOBS"
 else

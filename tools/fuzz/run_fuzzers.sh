@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target of build-fuzz/ (deploy/setup.sh --fuzz) for a bounded time,
+# Runs every libFuzzer target of build-fuzz/ (deploy/setup.sh --fuzz; --build build-asan for the
+# sanitizer build, deploy/setup.sh --sanitize, as CI does) for a bounded time,
 # starting from its committed corpus (fuzz/corpus/NAME, copied: the repository is not
 # written), JOBS targets at a time, and prints one line per target: executions, edge
 # coverage (cov), features (ft), corpus size. A crash, leak, timeout (10 s per input), OOM or
@@ -28,7 +29,7 @@ if [ ${#NAMES[@]} -eq 0 ]; then
   for d in "$ROOT"/fuzz/corpus/*/; do NAMES+=("$(basename "$d")"); done
 fi
 for name in "${NAMES[@]}"; do
-  [ -x "$BUILD/fuzz/fuzz_$name" ] || { echo "run_fuzzers: $BUILD/fuzz/fuzz_$name is not built (deploy/setup.sh --fuzz)" >&2; exit 1; }
+  [ -x "$BUILD/fuzz/fuzz_$name" ] || { echo "run_fuzzers: $BUILD/fuzz/fuzz_$name is not built (deploy/setup.sh --fuzz or --sanitize)" >&2; exit 1; }
 done
 mkdir -p "$OUT"
 
