@@ -35,6 +35,7 @@
 #include "services/inferd/engine_model.h"
 #include "services/inferd/prefix_disk_tier.h"
 #include "tools/moe/commands.h"
+#include "tools/moe/profile_json.h"
 
 namespace moe::cli {
 namespace {
@@ -73,16 +74,6 @@ struct Served {
   StepProfile profile;  // where the request's forwards spent their time
   absl::Status status;
 };
-
-// Seconds of a profile by part (the returning conversation's columns: what a restart costs is read here).
-nlohmann::json ProfileJson(const StepProfile& p) {
-  return {{"forwards", p.forwards},       {"rows", p.rows},
-          {"total_s", p.total},           {"attention_s", p.attention},
-          {"indexer_s", p.indexer},       {"router_s", p.router},
-          {"shared_expert_s", p.shared_expert}, {"dense_mlp_s", p.dense_mlp},
-          {"routed_experts_s", p.routed_experts}, {"expert_fetch_s", p.expert_fetch},
-          {"lm_head_s", p.lm_head},       {"other_s", p.Other()}};
-}
 
 // One greedy request of `prompt` (max_tokens 1) on `b`, timed from Submit.
 Served Once(inferd::Batcher& b, inferd::EngineModel& m, const std::vector<int32_t>& prompt, const std::string& id) {
@@ -300,15 +291,15 @@ int RunBenchPrefill(int argc, char** argv) {
     ret = {{"first_turn_tokens", n},
            {"new_tokens", new_tokens},
            {"cold",
-            {{"ttft_s", cold.ttft}, {"cached", cold.cached}, {"bytes", cold.bytes}, {"profile", ProfileJson(cold.profile)}}},
+            {{"ttft_s", cold.ttft}, {"cached", cold.cached}, {"bytes", cold.bytes}, {"profile", StepProfileJson(cold.profile, 1, "s")}}},
            {"ram_prefix",
-            {{"ttft_s", ram.ttft}, {"cached", ram.cached}, {"bytes", ram.bytes}, {"profile", ProfileJson(ram.profile)}}},
+            {{"ttft_s", ram.ttft}, {"cached", ram.cached}, {"bytes", ram.bytes}, {"profile", StepProfileJson(ram.profile, 1, "s")}}},
            {"disk_after_restart",
             {{"ttft_s", disk.ttft},
              {"cached", disk.cached},
              {"bytes", disk.bytes},
              {"model_open_s", reopen_s},
-             {"profile", ProfileJson(disk.profile)}}}};
+             {"profile", StepProfileJson(disk.profile, 1, "s")}}}};
     if (!json) {
       std::printf("returning conversation: %lld + %lld tokens: cold %.3f s; RAM prefix cache %.3f s (%lld cached); "
                   "disk tier after a restart %.3f s (%lld cached; the restart's model open %.2f s)\n",

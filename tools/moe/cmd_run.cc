@@ -22,6 +22,7 @@
 #include "services/expertd_client/remote_expert_source.h"
 #include "tools/moe/commands.h"
 #include "tools/moe/model_flags.h"
+#include "tools/moe/profile_json.h"
 
 namespace moe::cli {
 
@@ -112,23 +113,10 @@ class RoutingRecorder {
 nlohmann::json BreakdownJson(const StepProfile& p, const ExpertSourceStats& after, const ExpertSourceStats& before,
                              int64_t per) {
   const double k = 1e3 / static_cast<double>(per);
-  const double wait = after.fetch_wait_seconds - before.fetch_wait_seconds;
-  const double ipc = after.ipc_seconds - before.ipc_seconds;
-  return {{"forwards", p.forwards},
-          {"rows", p.rows},
-          {"total_ms", p.total * k},
-          {"embed_ms", p.embed * k},
-          {"attention_ms", p.attention * k},
-          {"indexer_ms", p.indexer * k},
-          {"router_ms", p.router * k},
-          {"shared_expert_ms", p.shared_expert * k},
-          {"dense_mlp_ms", p.dense_mlp * k},
-          {"routed_experts_ms", p.routed_experts * k},
-          {"expert_fetch_ms", p.expert_fetch * k},
-          {"fetch_wait_ms", wait * k},
-          {"ipc_ms", ipc * k},
-          {"lm_head_ms", p.lm_head * k},
-          {"other_ms", p.Other() * k}};
+  nlohmann::json j = StepProfileJson(p, k, "ms");
+  j["fetch_wait_ms"] = (after.fetch_wait_seconds - before.fetch_wait_seconds) * k;
+  j["ipc_ms"] = (after.ipc_seconds - before.ipc_seconds) * k;
+  return j;
 }
 
 absl::Status DoRun(int argc, char** argv, bool* help) {
