@@ -36,6 +36,7 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(__file__))
+from sse import SseEvents  # noqa: E402
 from stack import Stack  # noqa: E402
 
 SCRIPT = "The quick brown fox jumps over the lazy dog."
@@ -155,19 +156,9 @@ def stream_request(host, port, path, body, field, deadline):
         detail = r.read()[:200]
         conn.close()
         return r.status, None, [], 0, detail.decode(errors="replace"), False
-    text, ttft, last, itl, toks, done = "", None, None, [], 0, False
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line.startswith(b"data: "):
-            continue
-        data = line[6:]
-        if data == b"[DONE]":
-            done = True
-            break
-        ev = json.loads(data)
+    text, ttft, last, itl, toks = "", None, None, [], 0
+    events = SseEvents(r)
+    for ev in events:
         if "error" in ev:
             conn.close()
             return 200, ttft, itl, toks, f"stream error {ev['error']}", False
@@ -182,6 +173,7 @@ def stream_request(host, port, path, body, field, deadline):
                 last = now
                 toks += 1
                 text += piece
+    done = events.done
     conn.close()
     return 200, ttft, itl, toks, text, done
 

@@ -27,6 +27,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
+from sse import SseEvents, choice_text  # noqa: E402
 from stack import Stack  # noqa: E402
 
 
@@ -47,15 +48,11 @@ def stream(port, body):
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]}")
     text, times, usage = "", [], None
-    for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        j = json.loads(line[6:])
+    for j in SseEvents(r):
         if j.get("usage"):
             usage = j["usage"]
         for c in j.get("choices", []):
-            piece = c.get("delta", {}).get("content") or ""
+            piece = choice_text(c)
             if piece:
                 text += piece
                 times.append(time.perf_counter())

@@ -34,6 +34,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CG = "/sys/fs/cgroup/memory"
+sys.path.insert(0, os.path.join(ROOT, "tools/serving"))
+from sse import SseEvents, choice_text  # noqa: E402
 
 
 def parse_bytes(s):
@@ -211,19 +213,15 @@ def run_stack(a, cg, ids, budget):
         if resp.status != 200:
             raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:2000]!r}")
         text, t_first, t_last, usage, io_first = "", None, None, None, None
-        for raw in resp:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            ev = json.loads(line[6:])
+        for ev in SseEvents(resp):
             if ev.get("usage"):
                 usage = ev["usage"]
             for c in ev.get("choices", []):
-                if c.get("text"):
+                if choice_text(c):
                     if t_first is None:
                         t_first, io_first = time.time(), cgroup_read_bytes(cg)
                     t_last = time.time()
-                    text += c["text"]
+                    text += choice_text(c)
         io_end = cgroup_read_bytes(cg)
         rss = cgroup_hwm(cg)
     finally:
