@@ -474,8 +474,10 @@ absl::Status ValidateExperts(const SafetensorsReader& ck, const ModelConfig& c, 
 absl::StatusOr<OwnedExpert> LoadExpertFromContainer(const Container& ck, int layer, int e) {
   const ExpertRecordInfo* r = ck.FindExpert(layer, e);
   if (r == nullptr) return absl::NotFoundError(absl::StrCat("container: no record for layer ", layer, " expert ", e));
-  AlignedBuffer buf;
-  MOE_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, ck.ReadRecord(*r, &buf));
+  // The matrices view the record where it was read (one read, no copy); the buffer lives as long as
+  // any of them (OwnedMatrix::mapping).
+  auto buf = std::make_shared<AlignedBuffer>();
+  MOE_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, ck.ReadRecord(*r, buf.get()));
   const auto views = Container::ViewRecord(*r, bytes.data());
   OwnedExpert x;
   OwnedMatrix* out[3] = {&x.gate, &x.up, &x.down};
@@ -485,11 +487,9 @@ absl::StatusOr<OwnedExpert> LoadExpertFromContainer(const Container& ck, int lay
     m.m.format = v.format;
     m.m.rows = v.rows;
     m.m.cols = v.cols;
-    const int64_t db = DataBytes(v.format, v.rows, v.cols), sb = ScaleBytes(v.format, v.rows, v.cols);
-    m.data.assign(v.data, v.data + db);
-    if (sb > 0) m.scales.assign(v.scales, v.scales + sb / static_cast<int64_t>(sizeof(float)));
-    m.m.data = m.data.data();
-    m.m.scales = m.scales.empty() ? nullptr : m.scales.data();
+    m.m.data = v.data;
+    m.m.scales = v.scales;
+    m.mapping = buf;
   }
   return x;
 }

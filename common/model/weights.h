@@ -29,8 +29,9 @@ struct OwnedMatrix {
   WeightMatrix m;
   std::vector<uint8_t> data;
   std::vector<float> scales;
-  // Set when m.data/m.scales point into a shared read-only mapping of a
-  // container shard (data/scales then empty): keeps the mapping alive.
+  // Set when m.data/m.scales point into memory the matrix does not own (data/scales then empty): a
+  // shared read-only mapping of a container shard, or the buffer an expert record was read into.
+  // Keeps it alive.
   std::shared_ptr<const void> mapping;
   // From format and shape, so a planned (data-less) matrix counts the same.
   int64_t Bytes() const { return m.rows == 0 ? 0 : StoredMatrixBytes(m.format, m.rows, m.cols); }
