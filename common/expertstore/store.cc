@@ -83,7 +83,21 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr
     }
     if (dfd < 0) return absl::NotFoundError(absl::StrCat("expert shard ", f, ": ", strerror(errno)));
     st->direct_fds_.push_back(dfd);
-    st->buffered_fds_.push_back(::open(f.c_str(), O_RDONLY | O_CLOEXEC));
+    const int bfd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    st->buffered_fds_.push_back(bfd);
+    // The page-cache tier reads a record buffered only once it is known to be cached (see
+    // page_cache_probe.h: a buffered try on a miss would read it twice), and never reads ahead.
+    std::unique_ptr<PageCacheProbe> probe;
+    if (config.page_cache_tier && bfd >= 0) {
+      ::posix_fadvise(bfd, 0, 0, POSIX_FADV_RANDOM);
+      auto p = PageCacheProbe::Open(bfd);
+      if (p.ok()) {
+        probe = std::move(*p);
+      } else {
+        MOE_LOG(WARNING) << f << ": page-cache tier off for this shard (" << p.status().message() << ")";
+      }
+    }
+    st->cache_probes_.push_back(std::move(probe));
   }
   // 5. IO engine, registered buffers (one per slab) where allowed.
   MOE_ASSIGN_OR_RETURN(st->io_, MakeIoEngine(config.io));
@@ -486,7 +500,7 @@ void ExpertStore::StartReads(std::vector<StartRead> reads) {
     auto t0 = std::chrono::steady_clock::now();
     uint8_t* dest = table_.slab_data(r.slab);
     uint64_t io_len = AlignUp(r.loc.length, kDirectIoAlign);
-    if (cfg_.page_cache_tier && buffered_fds_[r.loc.file] >= 0) {
+    if (cache_probes_[r.loc.file] && cache_probes_[r.loc.file]->Cached(r.loc.offset, r.loc.length)) {
       iovec v{dest, r.loc.length};
       ssize_t n = ::preadv2(buffered_fds_[r.loc.file], &v, 1, static_cast<off_t>(r.loc.offset), RWF_NOWAIT);
       if (n == ssize_t(r.loc.length)) {

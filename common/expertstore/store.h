@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "common/expertstore/expert_table.h"
 #include "common/expertstore/io_engine.h"
+#include "common/expertstore/page_cache_probe.h"
 #include "common/expertstore/policy.h"
 #include "common/expertstore/prefetch_gate.h"
 #include "common/expertstore/record_locator.h"
@@ -257,6 +258,7 @@ class ExpertStore {
   ExpertTable table_;
   std::unique_ptr<IoEngine> io_;
   std::vector<int> direct_fds_, buffered_fds_;
+  std::vector<std::unique_ptr<PageCacheProbe>> cache_probes_;  // per file; null: page-cache tier off there
   std::vector<std::string> files_;
 
   mutable std::mutex mu_;

@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "common/expertstore/page_cache_probe.h"
 #include "tests/expertstore/synthetic_model.h"
 
 namespace moe::expertstore {
@@ -133,6 +134,61 @@ TEST(ExpertStore, FetchEachServesMoreIdsThanSlabsWhenEachIsReleasedOnArrival) {
   auto held = st->Fetch(sess->index, 1, {1, 2, 3});
   EXPECT_TRUE(held[0].ok() && held[1].ok());
   EXPECT_TRUE(absl::IsResourceExhausted(held[2].status())) << held[2].status();
+}
+
+// The page-cache tier serves a record the OS already caches, and only such a record: a miss is read
+// once, with O_DIRECT, and stays out of the page cache (a buffered RWF_NOWAIT try would have started
+// readahead of all of it: read twice, and charged to the memory cgroup; page_cache_probe.h).
+TEST(ExpertStore, PageCacheTierServesCachedRecordsAndLeavesMissesOutOfTheCache) {
+  constexpr uint64_t kBig = 1024 * 1024 + 4096;  // 257 pages: readahead would be visible
+  auto m = WriteSyntheticModel(MakeTempDir("store_pc"), 2, 4, [](int, int) { return kBig; }, 1);
+  const int fd = ::open(m.files[0].c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  auto probe = PageCacheProbe::Open(fd);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto rec = [&](int l, int e) {
+    for (const auto& [k, loc] : m.recs)
+      if (k == std::pair{l, e}) return loc;
+    ADD_FAILURE() << "no record " << l << "," << e;
+    return RecordLocation{};
+  };
+  if ((*probe)->Cached(0, rec(0, 0).length)) GTEST_SKIP() << "this file system keeps dropped pages (tmpfs?)";
+  // Record (1, 2) goes into the page cache by an ordinary buffered read.
+  const RecordLocation hot = rec(1, 2);
+  std::vector<uint8_t> tmp(hot.length);
+  ASSERT_EQ(::pread(fd, tmp.data(), tmp.size(), hot.offset), static_cast<ssize_t>(tmp.size()));
+  ASSERT_TRUE((*probe)->Cached(hot.offset, hot.length));
+
+  StoreConfig c;
+  c.page_cache_tier = true;
+  auto loc = ManifestLocator::Load(m.manifest);
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  c.budget_bytes = 4 * AlignUp(kBig, 4096);
+  c.top_k = 2;
+  auto st = ExpertStore::Create(std::move(*loc), c);
+  ASSERT_TRUE(st.ok()) << st.status();
+  auto sess = (*st)->OpenSession(getpid());
+  ASSERT_TRUE(sess.ok());
+  for (const auto& [l, e] : {std::pair{0, 1}, std::pair{1, 2}}) {
+    auto r = (*st)->Fetch(sess->index, l, {e});
+    ASSERT_TRUE(r[0].ok()) << r[0].status();
+    Lease x;
+    (*st)->table().Describe(*r[0], &x);
+    EXPECT_TRUE(CheckRecordBytes(x.data, l, e, kBig));
+    (*st)->table().Release(sess->index, *r[0]);
+  }
+  const auto s = (*st)->Stats();
+  EXPECT_EQ(s.tier[int(TierId::kPageCache)].hits, 1u);
+  EXPECT_EQ(s.tier[int(TierId::kDisk)].hits, 1u);
+  const int dfd = ::open(m.files[0].c_str(), O_RDONLY | O_DIRECT);
+  if (dfd < 0) GTEST_SKIP() << "O_DIRECT refused here: the disk read went through the page cache";
+  ::close(dfd);
+  const RecordLocation miss = rec(0, 1);
+  EXPECT_FALSE((*probe)->Cached(miss.offset, 4096)) << "the miss was read into the page cache";
+  EXPECT_FALSE((*probe)->Cached(miss.offset + miss.length - 4096, 4096)) << "the miss was read ahead";
+  ::close(fd);
 }
 
 TEST(ExpertStore, EvictsUnderASmallBudgetAndStillReturnsCorrectBytes) {
