@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """moestream (expertd + the engine over RemoteExpertSource) and llama.cpp (mmap) side by side, in one run,
 on one model written by make_model.py, each confined to the same cgroup v1 memory limit (the page cache
-counts against it: llama.cpp's mmap gets no more RAM than expertd's arena plus the worker).
+counts against it: llama.cpp's mmap gets no more RAM than expertd's arena plus the worker). moestream is
+sized by its own serving plan for that limit (`moe plan --ram LIMIT --expertd`, given to expertd and the
+worker with --plan), unless --budget says otherwise.
 
 Per side and repeat: the model's files are dropped from the page cache (posix_fadvise DONTNEED, only
 these files), a fresh memory cgroup with memory.limit_in_bytes = --limit is made, the side runs inside
@@ -17,7 +19,7 @@ from one generated config (--expertd-conf / --inferd-conf add lines), every proc
 streamed /v1/completions request (prompt as token ids, temperature 0, ignore_eos). Its reads are the sum of
 /proc/PID/io over the cgroup's processes; its text is checked against `moe run`'s tokens decoded.
 
-  python3 tools/bench/side_by_side/run.py --dir DIR --llama-bin BIN [--limit 8G] [--budget auto]
+  python3 tools/bench/side_by_side/run.py --dir DIR --llama-bin BIN [--limit 8G] [--budget plan|auto|BYTES]
       [--prompt-tokens 512] [--n-predict 32] [--repeats 2] [--first-repeat 0] [--llama-variants default,tuned]
       [--sides moestream,stack,llama] [--json OUT]
 Run as root, under /work/bin/quiet (it takes the machine).
@@ -30,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -75,15 +78,41 @@ class Cgroup:
         with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
 
+    def stat(self):
+        return {k: int(v) for k, v in (line.split() for line in self.read("memory.stat").splitlines())}
+
+    def start_sampling(self, period=0.5):
+        """Samples memory.stat while the side runs (read after it, the processes and their shared memory are
+        gone): the largest value of each charge, and the composition at the sample of highest usage."""
+        self.peaks, self.at_peak, self._stop = {}, {}, threading.Event()
+
+        def loop():
+            top = -1
+            while not self._stop.wait(period):
+                try:
+                    st, use = self.stat(), int(self.read("memory.usage_in_bytes"))
+                except OSError:
+                    return
+                for k in ("total_cache", "total_rss", "total_shmem", "total_mapped_file", "total_active_file",
+                          "total_inactive_file"):
+                    self.peaks[k] = max(self.peaks.get(k, 0), st.get(k, 0))
+                if use > top:
+                    top, self.at_peak = use, {k: st.get(k, 0) for k in ("total_cache", "total_rss", "total_shmem",
+                                                                         "total_mapped_file")}
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
     def stats(self):
-        st = dict(line.split() for line in self.read("memory.stat").splitlines())
+        """The cgroup's peak, how often it hit the limit, and the sampled charges (bytes)."""
+        self._stop.set()
+        self._thread.join()
+        st = self.stat()
         return {"max_usage_bytes": int(self.read("memory.max_usage_in_bytes")),
                 "failcnt": int(self.read("memory.failcnt")),
                 "oom_kill": int(dict(line.split() for line in self.read("memory.oom_control").splitlines())
                                 .get("oom_kill", 0)),
-                "total_cache_bytes": int(st.get("total_cache", 0)),
-                "total_rss_bytes": int(st.get("total_rss", 0)),
-                "total_shmem_bytes": int(st.get("total_shmem", 0))}
+                "major_faults": st.get("total_pgmajfault", 0),
+                "sampled_peak_bytes": self.peaks, "at_peak_usage_bytes": self.at_peak}
 
     def remove(self):
         for _ in range(50):
@@ -118,11 +147,16 @@ def timed_child(cmd, cg, **kw):
         return r.stdout, int(blocks) * 512, int(maxrss) * 1024
 
 
+def budget_args(a, budget):
+    """expertd's arena: the serving plan (`--plan F`, what the worker applies too) or an explicit --budget."""
+    return ["--plan", a.plan_file] if a.plan_file else ["--budget", str(budget)]
+
+
 def run_moestream(a, cg, ids_file, budget):
     d = tempfile.mkdtemp(prefix="sbs-")
     sock = os.path.join(d, "e.sock")
     ed = subprocess.Popen([os.path.join(a.build, "services/expertd/expertd"), "--model", a.container, "--socket", sock,
-                           "--budget", str(budget), "--log-level", "warning"] + a.expertd_args.split(),
+                           "--log-level", "warning"] + budget_args(a, budget) + a.expertd_args.split(),
                           preexec_fn=cg.enter, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(600):
@@ -134,7 +168,8 @@ def run_moestream(a, cg, ids_file, budget):
         io0 = proc_io(ed.pid)
         out, worker_read, worker_rss = timed_child(
             [os.path.join(a.build, "tools/moe/moe"), "run", "--model", a.container, "--expertd", sock,
-             "--prompt-ids", open(ids_file).read().strip(), "--max-tokens", str(a.n_predict), "--json"], cg)
+             "--prompt-ids", open(ids_file).read().strip(), "--max-tokens", str(a.n_predict), "--json"]
+            + (["--plan", a.plan_file] if a.plan_file else []) + a.run_args.split(), cg)
         expertd_read = proc_io(ed.pid) - io0
         expertd_rss = proc_hwm(ed.pid)
     finally:
@@ -194,8 +229,9 @@ def run_stack(a, cg, ids, budget):
     port = 18000 + os.getpid() % 1000
     conf = os.path.join(d, "moestream.conf")
     with open(conf, "w") as f:
-        f.write(f"[expertd]\nmodel = {a.container}\nbudget = {budget}\n{a.expertd_conf}\n"
-                f"[inferd]\nmodel = {a.container}\nmax-sequences = 1\nprefix-cache-bytes = 64M\n{a.inferd_conf}\n"
+        plan = f"plan = {a.plan_file}\n" if a.plan_file else ""
+        f.write(f"[expertd]\nmodel = {a.container}\n{plan or f'budget = {budget}'}\n{a.expertd_conf}\n"
+                f"[inferd]\nmodel = {a.container}\nmax-sequences = 1\nprefix-cache-bytes = 64M\n{plan}{a.inferd_conf}\n"
                 f"[gateway]\nlisten = 127.0.0.1:{port}\nserved-model-name = moestream\n"
                 f"tokenizer = {os.path.join(ROOT, 'tests/data/text/glm_tiny')}\n")
     start = subprocess.run([os.path.join(ROOT, "deploy/start.sh"), "--config", conf, "--run-dir", d, "--workers", "1",
@@ -255,8 +291,11 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--llama-bin", required=True)
     ap.add_argument("--limit", default="8G", help="cgroup memory limit of each side")
-    ap.add_argument("--budget", default="auto", help="expertd arena (auto: limit - resident weights - 1 GiB)")
+    ap.add_argument("--budget", default="plan",
+                    help="expertd arena: plan (`moe plan --ram LIMIT --expertd`, applied by expertd and the worker with "
+                         "--plan), auto (limit - resident weights - 1 GiB) or bytes")
     ap.add_argument("--expertd-args", default="", help="extra expertd flags")
+    ap.add_argument("--run-args", default="", help="extra `moe run` flags (the moestream side)")
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--n-predict", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
@@ -282,7 +321,16 @@ def main():
     rec = (3 * cfg["moe_intermediate_size"] * cfg["hidden_size"]) * 9 // 16  # q4_g64: 4.5 bits
     expert_bytes = experts * ((rec + 4095) // 4096 * 4096)
     resident = total - expert_bytes
-    budget = parse_bytes(a.budget) if a.budget != "auto" else limit - resident - (1 << 30)
+    a.plan_file = None
+    if a.budget == "plan":
+        # The bandwidths only set the plan's floor figures, not its sizes: nominal values, nothing measured.
+        a.plan_file = os.path.join(a.dir, f"plan_{limit}.json")
+        subprocess.run([os.path.join(a.build, "tools/moe/moe"), "plan", "--model", a.container, "--ram", str(limit),
+                        "--expertd", "--context", str(a.prompt_tokens + a.n_predict), "--mem-gbps", "1",
+                        "--disk-gbps", "1", "--out", a.plan_file], check=True, capture_output=True)
+        budget = json.load(open(a.plan_file))["expert_cache"]["bytes"]
+    else:
+        budget = parse_bytes(a.budget) if a.budget != "auto" else limit - resident - (1 << 30)
     rnd = random.Random(a.seed)
     ids = [rnd.randrange(0, 12256) for _ in range(a.prompt_tokens)]
     ids_file = os.path.join(a.dir, "prompt_ids.txt")
@@ -299,6 +347,7 @@ def main():
                 drop_cache([a.container, a.gguf])
                 cg = Cgroup(f"moe-sbs-{os.getpid()}", limit)
                 try:
+                    cg.start_sampling()
                     t0 = time.time()
                     if side == "moestream":
                         r = run_moestream(a, cg, ids_file, budget)
