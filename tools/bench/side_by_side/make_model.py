@@ -25,6 +25,7 @@ convert --max-shards 1 --delete-source`, resumable), so the disk holds only the 
 one input shard: placeholder shards (valid headers over sparse data) give the converter its full plan up
 front. Deterministic: every tensor comes from a generator seeded by its name.
 
+  (pip install -r tools/bench/side_by_side/requirements.txt)
   python3 tools/bench/side_by_side/make_model.py --out DIR [--moe-layers 9] [--experts 64] [--moe build/tools/moe/moe]
       [--max-shards N] [--resume]   (a stopped run continues where its last converted shard ended)
   -> DIR/container (moestream), DIR/model.gguf (llama.cpp), DIR/config.json (the HF config)
