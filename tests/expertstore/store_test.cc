@@ -158,6 +158,7 @@ TEST(ExpertStore, PageCacheTierServesCachedRecordsAndLeavesMissesOutOfTheCache) 
   // Record (1, 2) goes into the page cache by an ordinary buffered read.
   const RecordLocation hot = rec(1, 2);
   std::vector<uint8_t> tmp(hot.length);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);  // no readahead into the neighbours
   ASSERT_EQ(::pread(fd, tmp.data(), tmp.size(), hot.offset), static_cast<ssize_t>(tmp.size()));
   ASSERT_TRUE((*probe)->Cached(hot.offset, hot.length));
 
