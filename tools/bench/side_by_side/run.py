@@ -253,11 +253,12 @@ def run_stack(a, cg, ids, budget):
             if ev.get("usage"):
                 usage = ev["usage"]
             for c in ev.get("choices", []):
-                if choice_text(c):
+                piece = choice_text(c)
+                if piece:
                     if t_first is None:
                         t_first, io_first = time.time(), cgroup_read_bytes(cg)
                     t_last = time.time()
-                    text += choice_text(c)
+                    text += piece
         io_end = cgroup_read_bytes(cg)
         rss = cgroup_hwm(cg)
     finally:
