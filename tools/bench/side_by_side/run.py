@@ -326,9 +326,11 @@ def main():
     if a.budget == "plan":
         # The bandwidths only set the plan's floor figures, not its sizes: nominal values, nothing measured.
         a.plan_file = os.path.join(a.dir, f"plan_{limit}.json")
-        subprocess.run([os.path.join(a.build, "tools/moe/moe"), "plan", "--model", a.container, "--ram", str(limit),
-                        "--expertd", "--context", str(a.prompt_tokens + a.n_predict), "--mem-gbps", "1",
-                        "--disk-gbps", "1", "--out", a.plan_file], check=True, capture_output=True)
+        r = subprocess.run([os.path.join(a.build, "tools/moe/moe"), "plan", "--model", a.container, "--ram", str(limit),
+                           "--expertd", "--context", str(a.prompt_tokens + a.n_predict), "--mem-gbps", "1",
+                           "--disk-gbps", "1", "--out", a.plan_file], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"--budget plan: moe plan found no plan for --limit {a.limit}: {r.stderr.strip()[-2000:]}")
         budget = json.load(open(a.plan_file))["expert_cache"]["bytes"]
     else:
         budget = parse_bytes(a.budget) if a.budget != "auto" else limit - resident - (1 << 30)
