@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/env_var.h"
 #include "common/base/status.h"
 #include "common/kernels/kernel_impl.h"
 
@@ -96,7 +97,21 @@ Isa BestIsa() {
 
 Path DefaultPath(QFormat format) { return Info(format).integer ? Path::kIdot : Path::kFloat; }
 
+absl::StatusOr<Isa> ResolveIsa(Isa isa) {
+  if (isa != Isa::kAuto) return isa;
+  if (auto env = GetEnvVar("MOE_KERNEL_ISA"); env.has_value() && !env->empty()) {
+    MOE_ASSIGN_OR_RETURN(isa, ParseIsa(*env));
+    if (isa != Isa::kAuto) return isa;
+  }
+  return BestIsa();
+}
+
 double MeasureIdotPeakGops(Isa isa, double seconds) {
+  // kAuto is the variant Kernels::Create would pick (the table's default
+  // entry is the scalar one: a peak of the wrong variant).
+  absl::StatusOr<Isa> resolved = ResolveIsa(isa);
+  if (!resolved.ok()) return 0.0;
+  isa = *resolved;
   if (!IsaSupported(isa)) return 0.0;
   const internal::PeakFn peak = internal::TableFor(isa).peak;
   int64_t iters = 1 << 14;

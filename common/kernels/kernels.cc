@@ -59,16 +59,10 @@ Kernels::~Kernels() = default;
 
 int Kernels::threads() const { return pool_->size(); }
 
+void Kernels::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) { pool_->ParallelFor(n, fn); }
+
 absl::StatusOr<std::unique_ptr<Kernels>> Kernels::Create(const KernelConfig& config) {
-  Isa isa = config.isa;
-  if (isa == Isa::kAuto) {
-    if (auto env = GetEnvVar("MOE_KERNEL_ISA"); env.has_value() && !env->empty()) {
-      MOE_ASSIGN_OR_RETURN(isa, ParseIsa(*env));
-      if (isa == Isa::kAuto) isa = BestIsa();
-    } else {
-      isa = BestIsa();
-    }
-  }
+  MOE_ASSIGN_OR_RETURN(const Isa isa, ResolveIsa(config.isa));
   if (!IsaSupported(isa))
     return absl::FailedPreconditionError(absl::StrCat(
         "kernel ISA ", AV(IsaName(isa)), " is not supported by this CPU or build (best: ",

@@ -35,6 +35,7 @@
 #include <memory>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/format/qformat.h"
@@ -54,8 +55,11 @@ std::string_view PathName(Path path);
 bool IsaSupported(Isa isa);
 // Best supported variant (ignores MOE_KERNEL_ISA).
 Isa BestIsa();
+// The variant kAuto stands for (MOE_KERNEL_ISA if set, else BestIsa());
+// any other value unchanged. A bad MOE_KERNEL_ISA is refused naming it.
+absl::StatusOr<Isa> ResolveIsa(Isa isa);
 
-// Peak int8 multiply-add rate of one core for `isa` (vpdpbusd / maddubs
+// Peak int8 multiply-add rate of one core for `isa` (kAuto: ResolveIsa) (vpdpbusd / maddubs
 // chains on registers), in GOPS (1 multiply-add = 2 ops), measured for about
 // `seconds`. For benchmarks: GFLOP/s at S = 32 is reported against it.
 double MeasureIdotPeakGops(Isa isa, double seconds);
@@ -124,6 +128,16 @@ class Kernels {
   // path (dequantized rows, f32 accumulation in row order), same on every ISA.
   absl::Status VecTimesRows(const QMatrix& w, int64_t r0, int64_t r1, const float* v, int64_t s,
                             float* out);
+
+  // fn(i) once for every i in [0, n), on this object's thread pool (the
+  // caller takes tasks too; a task goes to whichever thread is free). The
+  // engine runs its own loops here (attention, the indexer, f32/bf16
+  // matmuls) so that one team of threads serves every parallel step: a
+  // second team (OpenMP) spinning between its regions takes the cores the
+  // kernels' workers need (docs/BENCHMARKS.md, "the resident path").
+  // fn must not call back into this object. Like the other calls, not
+  // concurrently with another call on this object.
+  void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn);
 
  private:
   struct Scratch;

@@ -87,19 +87,18 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
       if (q8) {
         ScoreQ8(q.data() + r * ih * id, w.data() + r * ih, *sg.cache, cache_layer, n_causal, dots, score.data());
       } else {
-        // Keys in parallel, the row's heads against each key at once
-        // (DotF32Many: the same bits as one DotF32 per head).
-#pragma omp parallel if (n_causal * ih * id > (1 << 18))
-        {
+        // Blocks of keys in parallel, the row's heads against each key at
+        // once (DotF32Many: the same bits as one DotF32 per head).
+        constexpr int64_t kKeys = 256;
+        Parallel((n_causal + kKeys - 1) / kKeys, n_causal * ih * id > (1 << 18), [&](int64_t b) {
           std::vector<float> hd(ih);
-#pragma omp for schedule(static)
-          for (int64_t t = 0; t < n_causal; ++t) {
+          for (int64_t t = b * kKeys, end = std::min(n_causal, t + kKeys); t < end; ++t) {
             DotF32Many(q.data() + r * ih * id, id, ih, keys.data() + t * id, id, hd.data());
             float acc = 0;
             for (int64_t j = 0; j < ih; ++j) acc += w[r * ih + j] * std::max(hd[j] * sscale, 0.0f);
             score[t] = acc;
           }
-        }
+        });
       }
       auto idx = TopKIdx(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
       sel.assign(idx.begin(), idx.end());
@@ -130,14 +129,16 @@ void Model::ScoreQ8(const float* q_row, const float* w_row, const KvCache& cache
   if (!st.ok()) {  // (only for shapes the kernels refuse) the reference matmul over the same int8 keys
     MOE_LOG(WARNING) << "indexer: int8 kernels failed (" << st.message() << "); reference matmul";
     const WeightMatrix wm{km.format, n_causal, id, km.data, km.scales};
-    Linear(wm, q_row, ih, dots.data());
+    Linear(wm, q_row, ih, dots.data(), SerialFor);
   }
-#pragma omp parallel for schedule(static) if (n_causal * ih > (1 << 16))
-  for (int64_t t = 0; t < n_causal; ++t) {
-    float acc = 0;
-    for (int64_t j = 0; j < ih; ++j) acc += w_row[j] * std::max(dots[j * n_causal + t] * sscale, 0.0f);
-    score[t] = acc;
-  }
+  constexpr int64_t kKeys = 2048;
+  Parallel((n_causal + kKeys - 1) / kKeys, n_causal * ih > (1 << 16), [&](int64_t b) {
+    for (int64_t t = b * kKeys, end = std::min(n_causal, t + kKeys); t < end; ++t) {
+      float acc = 0;
+      for (int64_t j = 0; j < ih; ++j) acc += w_row[j] * std::max(dots[j * n_causal + t] * sscale, 0.0f);
+      score[t] = acc;
+    }
+  });
 }
 
 }  // namespace moe

@@ -1,5 +1,6 @@
 #include "common/model/linear.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/format/quantize.h"
@@ -7,9 +8,10 @@
 #include "common/base/sanitizer.h"
 
 namespace moe {
-namespace {
 
-}  // namespace
+void SerialFor(int64_t n, absl::FunctionRef<void(int64_t)> body) {
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
 
 void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
   const int64_t n = w.cols;
@@ -29,16 +31,23 @@ void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
   DequantizeRow(w.format, row, w.scales + r * GroupsPerRow(w.format, n), n, out);
 }
 
-void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y) {
+void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y, ParallelFor par) {
   const int64_t O = w.rows, I = w.cols;
-#pragma omp parallel if (O * I * s > (1 << 18))
-  {
+  // Blocks of output rows, a dequantized row buffer per block. Small
+  // products stay on the caller (a hand-off costs more than they do).
+  const int64_t block = O * I * s > (1 << 18) ? std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, I * s)) : O;
+  const int64_t nblocks = (O + block - 1) / block;
+  auto run = [&](int64_t b) {
     std::vector<float> row(I);
-#pragma omp for schedule(static)
-    for (int64_t o = 0; o < O; ++o) {
+    for (int64_t o = b * block, end = std::min(O, o + block); o < end; ++o) {
       DequantRow(w, o, row.data());
       for (int64_t t = 0; t < s; ++t) y[t * O + o] = DotF32(x + t * I, row.data(), I);
     }
+  };
+  if (nblocks == 1) {
+    run(0);
+  } else {
+    par(nblocks, run);
   }
 }
 

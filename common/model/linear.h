@@ -7,11 +7,13 @@
 // combined), never on S, the thread count or the row's position in the
 // batch. Hence a row's result is bit-identical whether it is computed alone
 // (decode, S = 1) or inside a batch (prefill / verify / scoring).
-// Thread safety: pure; parallelises over output rows with OpenMP.
+// Thread safety: pure; parallelises over output rows with the caller's
+// ParallelFor (the model's one thread pool).
 #pragma once
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "common/expert_source/expert_source.h"
 
 namespace moe {
@@ -31,7 +33,13 @@ inline float DotF32(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y);
+// Runs body(i) once for every i in [0, n), in any order, on any threads
+// (Model::Parallel: the kernels' pool). No result may depend on how.
+using ParallelFor = absl::FunctionRef<void(int64_t n, absl::FunctionRef<void(int64_t)> body)>;
+// Runs them on the calling thread.
+void SerialFor(int64_t n, absl::FunctionRef<void(int64_t)> body);
+
+void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y, ParallelFor par);
 
 // out[j] = DotF32(a + j * lda, b, n) for j < m, the same bits as DotF32,
 // several dots interleaved (the absorbed MLA path's scores and outputs: many

@@ -75,7 +75,16 @@ void Model::Mm(const WeightMatrix& w, const float* x, int64_t S, float* y) const
     if (st.ok()) return;
     MOE_LOG(WARNING) << "kernel matmul failed, using the reference: " << st.message();
   }
-  Linear(w, x, S, y);
+  Linear(w, x, S, y, [this](int64_t n, absl::FunctionRef<void(int64_t)> body) { Parallel(n, true, body); });
+}
+
+void Model::Parallel(int64_t n, bool worth, absl::FunctionRef<void(int64_t)> fn) const {
+  if (kernels_ && worth && n > 1) {
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    kernels_->ParallelFor(n, fn);
+    return;
+  }
+  SerialFor(n, fn);
 }
 
 float Model::R(float v) const { return opt_.numerics == Numerics::kHfBf16 ? RoundBF16(v) : v; }

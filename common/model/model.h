@@ -31,6 +31,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
 #include "common/kernels/kernels.h"
@@ -227,10 +228,17 @@ class Model {
                             int cache_layer) const;
   void Attention(const LayerWeights& lw, const float* a, int64_t S, std::span<Seg> segs, int cache_layer,
                  float* out) const;
-  // Per-sequence attention core over the seg's rows (q: its rows of the
+  // The cached rows a segment's queries attend (DSA: the union of its rows'
+  // top-k positions, else every position), read as f32 (model_internal.h).
+  struct Attended;
+  Attended GatherAttended(const Seg& seg, int64_t P0, int cache_layer, bool trace, const std::string& tp) const;
+  // HF's explicit attention core over one segment's rows (q: its rows of the
   // projected queries; attn: its rows of the attention output).
-  void AttendSeg(const LayerWeights& lw, const float* q, const Seg& seg, int64_t P0, int cache_layer, bool trace,
-                 float* attn) const;
+  void AttendExplicit(const LayerWeights& lw, const float* q, const Seg& seg, int64_t P0, int cache_layer, bool trace,
+                      float* attn) const;
+  // The absorbed core over every row of the batch (q, attn: all S rows).
+  void AttendAbsorbed(const LayerWeights& lw, const float* q, int64_t S, std::span<Seg> segs,
+                      std::span<const int64_t> P0s, int cache_layer, float* attn) const;
   void Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, std::span<Seg> segs,
                std::span<const int64_t> P0s, int cache_layer) const;
   // One row's indexer scores of its n_causal keys from int8 index keys (KvCache::index_q8).
@@ -265,6 +273,10 @@ class Model {
   void LinearR(const OwnedMatrix& w, const float* x, int64_t S, float* y) const;
   // The single matmul call site: kernels for integer formats, Linear otherwise.
   void Mm(const WeightMatrix& w, const float* x, int64_t S, float* y) const;
+  // fn(i) once for every i in [0, n): on the kernels' thread pool when
+  // `worth` (the engine's one team of threads, shared with the matmuls), on
+  // the calling thread otherwise or without kernels. fn must not call Mm.
+  void Parallel(int64_t n, bool worth, absl::FunctionRef<void(int64_t)> fn) const;
   void Rope(float* x, int64_t pos, bool interleaved) const;
   float R(float v) const;
   void RoundAll(float* x, int64_t n) const;

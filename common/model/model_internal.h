@@ -41,6 +41,23 @@ struct Model::Seg {
   int64_t share_pos = 0;
 };
 
+struct Model::Attended {
+  std::vector<int64_t> slot;    // slot[t]: row of position t in lats / kpe (-1: not attended)
+  std::vector<float> lats, kpe; // the attended latents (kv_lora_rank) and rope keys, f32
+  // Row s's attended positions (ascending): its top-k up to its own position, or all of them.
+  std::vector<int32_t> KeysOf(const Seg& seg, int64_t P0, int64_t s) const {
+    std::vector<int32_t> keys;
+    if (seg.topk.valid) {
+      for (int32_t t : seg.topk.keys[s])
+        if (t <= P0 + s) keys.push_back(t);
+    } else {
+      keys.resize(P0 + s + 1);
+      std::iota(keys.begin(), keys.end(), 0);
+    }
+    return keys;
+  }
+};
+
 struct ForwardPass::State {
   std::vector<BatchSeq> seqs;              // ids point into `ids`
   std::vector<std::vector<int32_t>> ids;   // copies: the caller's spans need not outlive the pass
