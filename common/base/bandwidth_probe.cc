@@ -58,6 +58,11 @@ ReadBandwidth ProbeMemoryRead(const uint8_t* buf, size_t bytes, int threads, int
   return {gbps[gbps.size() / 2], cpu_gbps[cpu_gbps.size() / 2]};
 }
 
+size_t MemoryProbeBytes() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max<size_t>(512ull << 20, l3 > 0 ? 4 * static_cast<size_t>(l3) : 0);
+}
+
 ReadBandwidth ProbeMemoryReadFresh(size_t bytes, int threads, int reps) {
   AlignedBuffer buf(bytes, 64);
   uint64_t s = 0x9E3779B97F4A7C15ull;

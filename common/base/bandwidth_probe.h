@@ -27,8 +27,16 @@ struct ReadBandwidth {
 // Median of `reps` passes over buf[0, bytes).
 ReadBandwidth ProbeMemoryRead(const uint8_t* buf, size_t bytes, int threads, int reps);
 
-// Allocates and fills `bytes` (past the L3), then ProbeMemoryRead.
+// Allocates and fills `bytes`, then ProbeMemoryRead. To measure memory, not
+// the cache, pass MemoryProbeBytes().
 ReadBandwidth ProbeMemoryReadFresh(size_t bytes, int threads, int reps);
+
+// A buffer well past the last-level cache: 4 x L3 (sysconf), at least
+// 512 MiB. A fixed 512 MiB is not: this host's L3 is 480 MiB (shared with
+// other tenants), and probes over 512 MiB and 960 MiB read anywhere from 19
+// to 34 GB/s, where 2 and 4 GiB read 24-27, the rate the weights stream at
+// (docs/BENCHMARKS.md, "the resident path").
+size_t MemoryProbeBytes();
 
 struct FileRange {
   std::string path;

@@ -114,6 +114,16 @@ KvCache::Q8Rows KvCache::IndexKeysQ8(int layer) const {
   return {reinterpret_cast<const int8_t*>(L.data[kIndexKey].data()), L.index_scales.data()};
 }
 
+void KvCache::Reserve(int64_t tokens) {
+  for (Layer& L : layers_) {
+    for (Stream s : {kLatent, kRope, kIndexKey}) {
+      if (s == kIndexKey && !L.has_index) continue;
+      L.data[s].reserve(static_cast<size_t>(tokens * RowBytesOf(s)));
+    }
+    if (L.has_index && index_q8_) L.index_scales.reserve(static_cast<size_t>(tokens));
+  }
+}
+
 void KvCache::Append(int layer, Stream s, const float* row) {
   Layer& L = layers_[layer];
   const int64_t w = width(s);

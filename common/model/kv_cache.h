@@ -83,6 +83,9 @@ class KvCache {
   void ReadRows(int layer, Stream s, std::span<const int32_t> rows, float* out) const;
   // Drops tokens at positions >= n from every layer (draft rollback).
   void Truncate(int64_t n);
+  // Room for `tokens` tokens in every layer without reallocating (a copied
+  // cache has no spare room: its first append would copy every stream).
+  void Reserve(int64_t tokens);
   int64_t Bytes() const;
 
   // Conversation token ids stored with the cache (for persistence).

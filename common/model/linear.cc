@@ -13,6 +13,38 @@ void SerialFor(int64_t n, absl::FunctionRef<void(int64_t)> body) {
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
+#if defined(__x86_64__) && !MOE_ASAN
+#define MOE_CLONE_WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MOE_CLONE_WIDE
+#endif
+
+namespace {
+
+// DequantizeRow's int8 and int4 loops (common/format/quantize.cc), cloned:
+// the absorbed MLA core dequantizes kv_b rows every step (14.7 M values per
+// GLM-5 layer), and the baseline build's SSE2 loop cost 2.8 ms a layer. An
+// exact conversion and one product: the same bits on every clone.
+MOE_CLONE_WIDE
+void DequantInt8(const int8_t* q, const float* scales, int64_t group, int64_t n, float* out) {
+  for (int64_t g0 = 0, k = 0; g0 < n; g0 += group, ++k) {
+    const int64_t g1 = std::min(n, g0 + group);
+    const float sc = scales[k];
+    for (int64_t i = g0; i < g1; ++i) out[i] = static_cast<float>(q[i]) * sc;
+  }
+}
+
+MOE_CLONE_WIDE
+void DequantInt4(const uint8_t* data, const float* scales, int64_t group, int64_t n, float* out) {
+  for (int64_t g0 = 0, k = 0; g0 < n; g0 += group, ++k) {
+    const int64_t g1 = std::min(n, g0 + group);
+    const float sc = scales[k];
+    for (int64_t i = g0; i < g1; ++i) out[i] = static_cast<float>(((data[i / 2] >> (4 * (i & 1))) & 0xf) - 8) * sc;
+  }
+}
+
+}  // namespace
+
 void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
   const int64_t n = w.cols;
   const uint8_t* row = w.data + r * RowBytes(w.format, n);
@@ -28,7 +60,15 @@ void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
     default:
       break;
   }
-  DequantizeRow(w.format, row, w.scales + r * GroupsPerRow(w.format, n), n, out);
+  const float* scales = w.scales + r * GroupsPerRow(w.format, n);
+  switch (Info(w.format).bits) {
+    case 8:
+      return DequantInt8(reinterpret_cast<const int8_t*>(row), scales, GroupSize(w.format, n), n, out);
+    case 4:
+      return DequantInt4(row, scales, GroupSize(w.format, n), n, out);
+    default:
+      return DequantizeRow(w.format, row, scales, n, out);
+  }
 }
 
 void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y, ParallelFor par) {
@@ -94,6 +134,84 @@ void DotF32Many(const float* a, int64_t lda, int64_t m, const float* b, int64_t 
 MOE_CLONE_AVX2
 void AxpyF32(float a, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Sixteen f32 lanes, one per head: a zmm register on AVX-512, two ymm on AVX2.
+typedef float F32x16 __attribute__((vector_size(64)));
+
+namespace {
+inline F32x16 Load16(const float* p) {
+  F32x16 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+}  // namespace
+
+// DotF32's eight partial sums (element i into sum i % 8), each a vector over
+// the 16 heads; two keys per pass so each column of qT is loaded once for both.
+MOE_CLONE_WIDE
+void DotF32Heads16(const float* qT, const float* const* keys, int64_t nk, int64_t n, float* out) {
+  int64_t k = 0;
+  for (; k + 2 <= nk; k += 2) {
+    const float* b0 = keys[k];
+    const float* b1 = keys[k + 1];
+    F32x16 a0 = {}, a1 = {}, a2 = {}, a3 = {}, a4 = {}, a5 = {}, a6 = {}, a7 = {};
+    F32x16 c0 = {}, c1 = {}, c2 = {}, c3 = {}, c4 = {}, c5 = {}, c6 = {}, c7 = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const float* q = qT + i * kHeads16;
+      F32x16 v;
+      v = Load16(q + 0 * kHeads16), a0 += v * b0[i + 0], c0 += v * b1[i + 0];
+      v = Load16(q + 1 * kHeads16), a1 += v * b0[i + 1], c1 += v * b1[i + 1];
+      v = Load16(q + 2 * kHeads16), a2 += v * b0[i + 2], c2 += v * b1[i + 2];
+      v = Load16(q + 3 * kHeads16), a3 += v * b0[i + 3], c3 += v * b1[i + 3];
+      v = Load16(q + 4 * kHeads16), a4 += v * b0[i + 4], c4 += v * b1[i + 4];
+      v = Load16(q + 5 * kHeads16), a5 += v * b0[i + 5], c5 += v * b1[i + 5];
+      v = Load16(q + 6 * kHeads16), a6 += v * b0[i + 6], c6 += v * b1[i + 6];
+      v = Load16(q + 7 * kHeads16), a7 += v * b0[i + 7], c7 += v * b1[i + 7];
+    }
+    F32x16* as[8] = {&a0, &a1, &a2, &a3, &a4, &a5, &a6, &a7};
+    F32x16* cs[8] = {&c0, &c1, &c2, &c3, &c4, &c5, &c6, &c7};
+    for (int t = 0; i < n; ++i, ++t) {
+      const F32x16 v = Load16(qT + i * kHeads16);
+      *as[t] += v * b0[i];
+      *cs[t] += v * b1[i];
+    }
+    const F32x16 r0 = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+    const F32x16 r1 = ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7));
+    __builtin_memcpy(out + k * kHeads16, &r0, sizeof r0);
+    __builtin_memcpy(out + (k + 1) * kHeads16, &r1, sizeof r1);
+  }
+  for (; k < nk; ++k) {
+    const float* b0 = keys[k];
+    F32x16 a[8] = {};
+    int64_t i = 0;
+    for (int t = 0; i < n; ++i, t = (t + 1) & 7) a[t] += Load16(qT + i * kHeads16) * b0[i];
+    const F32x16 r0 = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    __builtin_memcpy(out + k * kHeads16, &r0, sizeof r0);
+  }
+}
+
+// Columns in blocks of 16: the 16 heads' sums of a block stay in registers
+// across every key (one load of the key's block, 16 broadcasts of p).
+MOE_CLONE_WIDE
+void WeightedRowsHeads16(const float* p, const float* const* rows, int64_t nk, int64_t n, float* out) {
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    F32x16 y[kHeads16] = {};
+    for (int64_t i = 0; i < nk; ++i) {
+      const F32x16 x = Load16(rows[i] + c);
+      const float* pi = p + i * kHeads16;
+      for (int64_t h = 0; h < kHeads16; ++h) y[h] += pi[h] * x;
+    }
+    for (int64_t h = 0; h < kHeads16; ++h) __builtin_memcpy(out + h * n + c, &y[h], sizeof y[h]);
+  }
+  for (; c < n; ++c) {
+    float y[kHeads16] = {};
+    for (int64_t i = 0; i < nk; ++i)
+      for (int64_t h = 0; h < kHeads16; ++h) y[h] += p[i * kHeads16 + h] * rows[i][c];
+    for (int64_t h = 0; h < kHeads16; ++h) out[h * n + c] = y[h];
+  }
 }
 
 }  // namespace moe

@@ -49,6 +49,19 @@ void DotF32Many(const float* a, int64_t lda, int64_t m, const float* b, int64_t 
 // y[i] += a * x[i] (a product, then a sum: never fused). Cloned like DotF32Many.
 void AxpyF32(float a, const float* x, int64_t n, float* y);
 
+// Sixteen heads at once, for the absorbed MLA core (GLM-5: 64 heads in
+// blocks of 16), in the same bits as the one-head functions above, on every
+// clone (AVX-512, AVX2, baseline: the same IEEE operations in the same order,
+// never fused):
+//   kHeads16 = 16; qT is n x 16 (column h = head h's vector; pad unused heads).
+inline constexpr int64_t kHeads16 = 16;
+// out[i * 16 + h] = DotF32(head h of qT, keys[i], n) for i < nk.
+void DotF32Heads16(const float* qT, const float* const* keys, int64_t nk, int64_t n, float* out);
+// out[h * n + c] = sum over i < nk, in order, of p[i * 16 + h] * rows[i][c]
+// (from 0: the same bits as filling out with 0 and calling
+// AxpyF32(p[i * 16 + h], rows[i], n, out + h * n) for i = 0, 1, ...).
+void WeightedRowsHeads16(const float* p, const float* const* rows, int64_t nk, int64_t n, float* out);
+
 // Dequantizes row r of W into out[cols] (f32).
 void DequantRow(const WeightMatrix& w, int64_t r, float* out);
 

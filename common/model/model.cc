@@ -87,8 +87,6 @@ void Model::Parallel(int64_t n, bool worth, absl::FunctionRef<void(int64_t)> fn)
   SerialFor(n, fn);
 }
 
-float Model::R(float v) const { return opt_.numerics == Numerics::kHfBf16 ? RoundBF16(v) : v; }
-
 void Model::RoundAll(float* x, int64_t n) const {
   if (opt_.numerics != Numerics::kHfBf16) return;
   for (int64_t i = 0; i < n; ++i) x[i] = RoundBF16(x[i]);

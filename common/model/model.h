@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "common/format/model_config.h"
 #include "common/kernels/kernels.h"
+#include "common/model/bf16.h"
 #include "common/expert_source/expert_source.h"
 #include "common/model/kv_cache.h"
 #include "common/model/weights.h"
@@ -76,7 +77,8 @@ struct ModelOptions {
 // into disk wait and IPC comes from ExpertSourceStats).
 struct StepProfile {
   double embed = 0;           // embedding rows
-  double attention = 0;       // MLA projections, cache appends, attention core, o_proj (the indexer excluded)
+  double attention = 0;       // MLA projections, cache appends, o_proj (the indexer and the core excluded)
+  double attention_core = 0;  // over the cached keys: gather, q_lat, scores, softmax, ctx, W_UV
   double indexer = 0;         // DSA lightning indexer (projections, key cache, scoring, top-k)
   double router = 0;          // router logits, top-k routing, the next layer's look-ahead
   double shared_expert = 0;
@@ -88,8 +90,8 @@ struct StepProfile {
   double total = 0;           // whole forwards
   int64_t forwards = 0, rows = 0;
   double Other() const {
-    return total - (embed + attention + indexer + router + shared_expert + dense_mlp + routed_experts + expert_fetch +
-                    lm_head);
+    return total - (embed + attention + attention_core + indexer + router + shared_expert + dense_mlp + routed_experts +
+                    expert_fetch + lm_head);
   }
 };
 
@@ -278,7 +280,9 @@ class Model {
   // the calling thread otherwise or without kernels. fn must not call Mm.
   void Parallel(int64_t n, bool worth, absl::FunctionRef<void(int64_t)> fn) const;
   void Rope(float* x, int64_t pos, bool interleaved) const;
-  float R(float v) const;
+  // HF's bf16 rounding point under kHfBf16 numerics (inline: the attention
+  // cores call it per score).
+  float R(float v) const { return opt_.numerics == Numerics::kHfBf16 ? RoundBF16(v) : v; }
   void RoundAll(float* x, int64_t n) const;
 
   ModelConfig config_;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -20,6 +21,12 @@
 #include "common/model/model.h"
 
 namespace moe {
+
+namespace model_detail {
+// An f32 buffer left uninitialized, for scratch the code overwrites whole:
+// std::vector zero-fills, and the attention core's scratch is megabytes a layer.
+inline std::unique_ptr<float[]> UninitF32(int64_t n) { return std::unique_ptr<float[]>(new float[n]); }
+}  // namespace model_detail
 
 // Per-query selected key sets of the nearest preceding full indexer layer
 // (empty `valid` = no indexer yet / dense causal attention).
@@ -42,8 +49,9 @@ struct Model::Seg {
 };
 
 struct Model::Attended {
-  std::vector<int64_t> slot;    // slot[t]: row of position t in lats / kpe (-1: not attended)
-  std::vector<float> lats, kpe; // the attended latents (kv_lora_rank) and rope keys, f32
+  std::vector<int64_t> slot;             // slot[t]: row of position t in lats / kpe (-1: not attended)
+  int64_t used = 0;                      // rows of lats / kpe
+  std::unique_ptr<float[]> lats, kpe;    // the attended latents (kv_lora_rank) and rope keys, f32
   // Row s's attended positions (ascending): its top-k up to its own position, or all of them.
   std::vector<int32_t> KeysOf(const Seg& seg, int64_t P0, int64_t s) const {
     std::vector<int32_t> keys;

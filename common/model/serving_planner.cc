@@ -350,7 +350,7 @@ absl::StatusOr<ServingPlan> MakeServingPlan(const PlanRequest& r) {
   if (measured && total > 0 && static_cast<int64_t>(r.ram_bytes) > total)
     return absl::ResourceExhaustedError(absl::StrCat("the RAM budget ", Gb(static_cast<int64_t>(r.ram_bytes)),
                                                      " exceeds this machine's memory (MemTotal ", Gb(total), ")"));
-  if (mem <= 0) mem = ProbeMemoryReadFresh(512ull << 20, 2, 3).wall_gbps;
+  if (mem <= 0) mem = ProbeMemoryReadFresh(MemoryProbeBytes(), 2, 3).wall_gbps;
   if (disk <= 0) {
     MOE_ASSIGN_OR_RETURN(disk, ProbeDiskRead(probe, 16ull << 20, 4));
   }

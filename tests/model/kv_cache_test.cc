@@ -4,7 +4,8 @@
 // version (CRC-32) or with a damaged checksum are refused, each by its cause;
 // version-2 files (before int8 index keys) are still read. Int8 index keys
 // (index_q8) hold each key to half a quantization step, give the raw rows the
-// indexer scores, and survive Truncate and Save/Load bit for bit.
+// indexer scores, and survive Truncate and Save/Load bit for bit. Reserve
+// changes nothing a reader sees.
 #include "common/model/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -199,6 +200,35 @@ TEST(KvCache, IndexKeysNamesParseAndResolve) {
   EXPECT_FALSE(IndexKeysQ8(IndexKeys::kAuto, false));
   EXPECT_TRUE(IndexKeysQ8(IndexKeys::kQ8, false));
   EXPECT_FALSE(IndexKeysQ8(IndexKeys::kExact, true));
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// Reserve makes room without changing what the cache holds; later appends
+// land where they would have without it.
+TEST(KvCache, ReserveKeepsContentsAndLength) {
+  for (bool q8 : {false, true}) {
+    KvCache a(4, 2, 3, {true, false}, KvDtype::kBF16, q8), b = a;
+    auto append = [](KvCache& c, int t) {
+      for (int l = 0; l < 2; ++l) {
+        const float lat[4] = {t + 0.5f, -t * 1.25f, 100.0f + t, l * 1.0f}, rope[2] = {t * 3.0f, -1.0f - l};
+        const float idx[3] = {1.0f * t, 2.0f, -3.0f};
+        c.Append(l, KvCache::kRope, rope);
+        if (l == 0) c.Append(l, KvCache::kIndexKey, idx);
+        c.Append(l, KvCache::kLatent, lat);
+      }
+    };
+    for (int t = 0; t < 3; ++t) append(a, t), append(b, t);
+    b.Reserve(64);
+    EXPECT_EQ(b.length(), 3);
+    EXPECT_EQ(b.Serialize(), a.Serialize());
+    for (int t = 3; t < 9; ++t) append(a, t), append(b, t);
+    EXPECT_EQ(b.Serialize(), a.Serialize());
+  }
 }
 
 }  // namespace

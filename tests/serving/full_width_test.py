@@ -140,11 +140,12 @@ class FullWidth(unittest.TestCase):
         self.assertEqual(len(toks), 6)
         # Where the time went: the parts add up to the whole.
         b = ref["breakdown"]["decode_per_token"]
-        parts = sum(b[k] for k in ("embed_ms", "attention_ms", "indexer_ms", "router_ms", "shared_expert_ms",
+        parts = sum(b[k] for k in ("embed_ms", "attention_ms", "attention_core_ms", "indexer_ms", "router_ms", "shared_expert_ms",
                                    "dense_mlp_ms", "routed_experts_ms", "expert_fetch_ms", "lm_head_ms",
                                    "other_ms"))
         self.assertAlmostEqual(parts, b["total_ms"], delta=1e-6 * b["total_ms"] + 1e-9)
         self.assertGreater(b["attention_ms"], 0)
+        self.assertGreater(b["attention_core_ms"], 0)
         self.assertEqual(b["forwards"], 5)
         # One layer's experts at most (4 of 8): every layer evicts; the tokens stay.
         small = self.run_ids("--expert-budget=1")

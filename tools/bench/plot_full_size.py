@@ -26,7 +26,8 @@ import argparse
 import json
 import statistics
 
-PARTS = [("attention_ms", "attention"), ("indexer_ms", "DSA indexer"), ("router_ms", "router"),
+PARTS = [("attention_ms", "attention: projections"), ("attention_core_ms", "attention: core"),
+         ("indexer_ms", "DSA indexer"), ("router_ms", "router"),
          ("shared_expert_ms", "shared expert"), ("dense_mlp_ms", "dense MLP"), ("routed_experts_ms", "routed experts"),
          ("fetch_wait_ms", "fetch: disk wait"), ("ipc_ms", "fetch: IPC"),
          ("fetch_other_ms", "fetch: other"), ("lm_head_ms", "LM head"),

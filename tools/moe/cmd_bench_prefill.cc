@@ -305,13 +305,13 @@ int RunBenchPrefill(int argc, char** argv) {
                   "disk tier after a restart %.3f s (%lld cached; the restart's model open %.2f s)\n",
                   static_cast<long long>(n), static_cast<long long>(new_tokens), cold.ttft, ram.ttft,
                   static_cast<long long>(ram.cached), disk.ttft, static_cast<long long>(disk.cached), reopen_s);
-      std::printf("%-5s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "case", "forward", "attn", "indexer", "router",
-                  "shared", "dense", "experts", "fetch", "other");
+      std::printf("%-5s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "case", "forward", "attn", "core", "indexer",
+                  "router", "shared", "dense", "experts", "fetch", "other");
       for (auto [name, s] : {std::pair{"cold", &cold}, std::pair{"RAM", &ram}, std::pair{"disk", &disk}}) {
         if (s->profile.forwards == 0) continue;
         const StepProfile& p = s->profile;
-        std::printf("%-5s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f  (s; %lld forwards, %lld rows, %.2f GB read)\n",
-                    name, p.total, p.attention, p.indexer, p.router, p.shared_expert, p.dense_mlp, p.routed_experts,
+        std::printf("%-5s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f  (s; %lld forwards, %lld rows, %.2f GB read)\n",
+                    name, p.total, p.attention, p.attention_core, p.indexer, p.router, p.shared_expert, p.dense_mlp, p.routed_experts,
                     p.expert_fetch, p.Other(), static_cast<long long>(p.forwards), static_cast<long long>(p.rows),
                     s->bytes / 1e9);
       }

@@ -10,6 +10,7 @@ nlohmann::json StepProfileJson(const StepProfile& p, double scale, std::string_v
   put("total", p.total);
   put("embed", p.embed);
   put("attention", p.attention);
+  put("attention_core", p.attention_core);
   put("indexer", p.indexer);
   put("router", p.router);
   put("shared_expert", p.shared_expert);
