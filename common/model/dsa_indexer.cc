@@ -15,7 +15,7 @@
 
 namespace moe {
 
-using model_detail::TopKIdx;
+using model_detail::TopKSetAscending;
 
 void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int64_t S, std::span<Seg> segs,
                     std::span<const int64_t> P0s, int cache_layer) const {
@@ -100,9 +100,7 @@ void Model::Indexer(const LayerWeights& lw, const float* a, const float* cq, int
           }
         });
       }
-      auto idx = TopKIdx(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
-      sel.assign(idx.begin(), idx.end());
-      std::sort(sel.begin(), sel.end());
+      sel = TopKSetAscending(score.data(), static_cast<int>(n_causal), static_cast<int>(c.index_topk));
     }
   }
 }
@@ -131,12 +129,15 @@ void Model::ScoreQ8(const float* q_row, const float* w_row, const KvCache& cache
     const WeightMatrix wm{km.format, n_causal, id, km.data, km.scales};
     Linear(wm, q_row, ih, dots.data(), SerialFor);
   }
+  // Heads outer, keys inner (contiguous in dots, vectorized): each key's
+  // sum still adds the heads in head order, from 0.
   constexpr int64_t kKeys = 2048;
   Parallel((n_causal + kKeys - 1) / kKeys, n_causal * ih > (1 << 16), [&](int64_t b) {
-    for (int64_t t = b * kKeys, end = std::min(n_causal, t + kKeys); t < end; ++t) {
-      float acc = 0;
-      for (int64_t j = 0; j < ih; ++j) acc += w_row[j] * std::max(dots[j * n_causal + t] * sscale, 0.0f);
-      score[t] = acc;
+    const int64_t t0 = b * kKeys, t1 = std::min(n_causal, t0 + kKeys);
+    std::fill(score + t0, score + t1, 0.0f);
+    for (int64_t j = 0; j < ih; ++j) {
+      const float* d = dots.data() + j * n_causal;
+      for (int64_t t = t0; t < t1; ++t) score[t] += w_row[j] * std::max(d[t] * sscale, 0.0f);
     }
   });
 }

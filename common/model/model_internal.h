@@ -111,5 +111,24 @@ inline std::vector<int> TopKIdx(const float* v, int n, int k) {
   return idx;
 }
 
+// The positions TopKIdx(v, n, k) returns, as a set in ascending position
+// order, in O(n): nth_element under the same strict order (value
+// descending, then position ascending) leaves exactly that set in front.
+// The DSA indexer's top-2,048 of up to 200K keys, where partial_sort's heap
+// cost ~2 ms a layer at 32K keys.
+inline std::vector<int32_t> TopKSetAscending(const float* v, int n, int k) {
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  if (k < n) {
+    std::nth_element(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      if (v[a] != v[b]) return v[a] > v[b];
+      return a < b;
+    });
+    idx.resize(k);
+  }
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
 }  // namespace model_detail
 }  // namespace moe
