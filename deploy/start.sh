@@ -29,7 +29,9 @@ done
 mkdir -p "$RUN"
 # Several workers share the host's cores: OpenMP threads that spin at barriers
 # take CPU from the other processes (docs/BENCHMARKS.md ## serving: passive
-# waiting gave +17% tokens/s to a 2-worker stack on 2 vCPUs). Override by
+# waiting gave +17% tokens/s to a 2-worker stack on 2 vCPUs, when the forward
+# pass still ran its own loops on OpenMP; since 2026-12-03 they run on the
+# kernels' pool and OpenMP is left to loading and conversion). Override by
 # exporting OMP_WAIT_POLICY.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 if ls "$RUN"/*.pid >/dev/null 2>&1; then

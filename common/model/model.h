@@ -277,7 +277,8 @@ class Model {
   void Mm(const WeightMatrix& w, const float* x, int64_t S, float* y) const;
   // fn(i) once for every i in [0, n): on the kernels' thread pool when
   // `worth` (the engine's one team of threads, shared with the matmuls), on
-  // the calling thread otherwise or without kernels. fn must not call Mm.
+  // the calling thread otherwise or without kernels. fn must not call Mm or
+  // Parallel (the pool is not re-entrant; calls are serialized by kernels_mu_).
   void Parallel(int64_t n, bool worth, absl::FunctionRef<void(int64_t)> fn) const;
   void Rope(float* x, int64_t pos, bool interleaved) const;
   // HF's bf16 rounding point under kHfBf16 numerics (inline: the attention
