@@ -19,13 +19,19 @@ void SerialFor(int64_t n, absl::FunctionRef<void(int64_t)> body) {
 #define MOE_CLONE_WIDE
 #endif
 
-namespace {
+typedef uint8_t U8x16 __attribute__((vector_size(16)));
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+typedef float F32x16 __attribute__((vector_size(64)));
+
+// noinline: g++ inlines the default clone of a target_clones function into
+// a caller in the same file, so the AVX-512 clone never ran.
+namespace linear_internal {
 
 // DequantizeRow's int8 and int4 loops (common/format/quantize.cc), cloned:
 // the absorbed MLA core dequantizes kv_b rows every step (14.7 M values per
-// GLM-5 layer), and the baseline build's SSE2 loop cost 2.8 ms a layer. An
-// exact conversion and one product: the same bits on every clone.
-MOE_CLONE_WIDE
+// GLM-5 layer). An exact conversion and one product: the same bits on every
+// clone (linear_test).
+MOE_CLONE_WIDE __attribute__((noinline))
 void DequantInt8(const int8_t* q, const float* scales, int64_t group, int64_t n, float* out) {
   for (int64_t g0 = 0, k = 0; g0 < n; g0 += group, ++k) {
     const int64_t g1 = std::min(n, g0 + group);
@@ -34,16 +40,34 @@ void DequantInt8(const int8_t* q, const float* scales, int64_t group, int64_t n,
   }
 }
 
-MOE_CLONE_WIDE
+// 16 bytes (32 codes, low nibble first) at a time: the low and the high
+// nibbles widened and scaled as two vectors, then interleaved into code order
+// (a loop per code, or interleaving the bytes first, compiled to scalar
+// inserts: 10x slower on GLM-5's kv_b rows).
+MOE_CLONE_WIDE __attribute__((noinline))
 void DequantInt4(const uint8_t* data, const float* scales, int64_t group, int64_t n, float* out) {
   for (int64_t g0 = 0, k = 0; g0 < n; g0 += group, ++k) {
     const int64_t g1 = std::min(n, g0 + group);
     const float sc = scales[k];
-    for (int64_t i = g0; i < g1; ++i) out[i] = static_cast<float>(((data[i / 2] >> (4 * (i & 1))) & 0xf) - 8) * sc;
+    int64_t i = g0;
+    if ((i & 1) == 0) {
+      for (; i + 32 <= g1; i += 32) {
+        U8x16 b;
+        __builtin_memcpy(&b, data + i / 2, sizeof b);
+        // Codes i, i+2, ... (low nibbles) and i+1, i+3, ... (high), scaled, then interleaved.
+        const F32x16 lo = __builtin_convertvector(__builtin_convertvector(b & 0xf, I32x16) - 8, F32x16) * sc;
+        const F32x16 hi = __builtin_convertvector(__builtin_convertvector(b >> 4, I32x16) - 8, F32x16) * sc;
+        const F32x16 f0 = __builtin_shufflevector(lo, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const F32x16 f1 = __builtin_shufflevector(lo, hi, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        __builtin_memcpy(out + i, &f0, sizeof f0);
+        __builtin_memcpy(out + i + 16, &f1, sizeof f1);
+      }
+    }
+    for (; i < g1; ++i) out[i] = static_cast<float>(((data[i / 2] >> (4 * (i & 1))) & 0xf) - 8) * sc;
   }
 }
 
-}  // namespace
+}  // namespace linear_internal
 
 void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
   const int64_t n = w.cols;
@@ -63,9 +87,9 @@ void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
   const float* scales = w.scales + r * GroupsPerRow(w.format, n);
   switch (Info(w.format).bits) {
     case 8:
-      return DequantInt8(reinterpret_cast<const int8_t*>(row), scales, GroupSize(w.format, n), n, out);
+      return linear_internal::DequantInt8(reinterpret_cast<const int8_t*>(row), scales, GroupSize(w.format, n), n, out);
     case 4:
-      return DequantInt4(row, scales, GroupSize(w.format, n), n, out);
+      return linear_internal::DequantInt4(row, scales, GroupSize(w.format, n), n, out);
     default:
       return DequantizeRow(w.format, row, scales, n, out);
   }
@@ -136,15 +160,12 @@ void AxpyF32(float a, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// Sixteen f32 lanes, one per head: a zmm register on AVX-512, two ymm on AVX2.
-typedef float F32x16 __attribute__((vector_size(64)));
+// F32x16 (above): sixteen f32 lanes, one per head: a zmm register on AVX-512, two ymm on AVX2.
 
 namespace {
-inline F32x16 Load16(const float* p) {
-  F32x16 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
+// Through a reference, not a return value: a 64-byte vector returned from a
+// function compiled for the baseline ABI draws -Wpsabi notes.
+inline void Load16(F32x16& v, const float* p) { __builtin_memcpy(&v, p, sizeof v); }
 }  // namespace
 
 // DotF32's eight partial sums (element i into sum i % 8), each a vector over
@@ -161,19 +182,20 @@ void DotF32Heads16(const float* qT, const float* const* keys, int64_t nk, int64_
     for (; i + 8 <= n; i += 8) {
       const float* q = qT + i * kHeads16;
       F32x16 v;
-      v = Load16(q + 0 * kHeads16), a0 += v * b0[i + 0], c0 += v * b1[i + 0];
-      v = Load16(q + 1 * kHeads16), a1 += v * b0[i + 1], c1 += v * b1[i + 1];
-      v = Load16(q + 2 * kHeads16), a2 += v * b0[i + 2], c2 += v * b1[i + 2];
-      v = Load16(q + 3 * kHeads16), a3 += v * b0[i + 3], c3 += v * b1[i + 3];
-      v = Load16(q + 4 * kHeads16), a4 += v * b0[i + 4], c4 += v * b1[i + 4];
-      v = Load16(q + 5 * kHeads16), a5 += v * b0[i + 5], c5 += v * b1[i + 5];
-      v = Load16(q + 6 * kHeads16), a6 += v * b0[i + 6], c6 += v * b1[i + 6];
-      v = Load16(q + 7 * kHeads16), a7 += v * b0[i + 7], c7 += v * b1[i + 7];
+      Load16(v, q + 0 * kHeads16), a0 += v * b0[i + 0], c0 += v * b1[i + 0];
+      Load16(v, q + 1 * kHeads16), a1 += v * b0[i + 1], c1 += v * b1[i + 1];
+      Load16(v, q + 2 * kHeads16), a2 += v * b0[i + 2], c2 += v * b1[i + 2];
+      Load16(v, q + 3 * kHeads16), a3 += v * b0[i + 3], c3 += v * b1[i + 3];
+      Load16(v, q + 4 * kHeads16), a4 += v * b0[i + 4], c4 += v * b1[i + 4];
+      Load16(v, q + 5 * kHeads16), a5 += v * b0[i + 5], c5 += v * b1[i + 5];
+      Load16(v, q + 6 * kHeads16), a6 += v * b0[i + 6], c6 += v * b1[i + 6];
+      Load16(v, q + 7 * kHeads16), a7 += v * b0[i + 7], c7 += v * b1[i + 7];
     }
     F32x16* as[8] = {&a0, &a1, &a2, &a3, &a4, &a5, &a6, &a7};
     F32x16* cs[8] = {&c0, &c1, &c2, &c3, &c4, &c5, &c6, &c7};
     for (int t = 0; i < n; ++i, ++t) {
-      const F32x16 v = Load16(qT + i * kHeads16);
+      F32x16 v;
+      Load16(v, qT + i * kHeads16);
       *as[t] += v * b0[i];
       *cs[t] += v * b1[i];
     }
@@ -186,7 +208,11 @@ void DotF32Heads16(const float* qT, const float* const* keys, int64_t nk, int64_
     const float* b0 = keys[k];
     F32x16 a[8] = {};
     int64_t i = 0;
-    for (int t = 0; i < n; ++i, t = (t + 1) & 7) a[t] += Load16(qT + i * kHeads16) * b0[i];
+    for (int t = 0; i < n; ++i, t = (t + 1) & 7) {
+      F32x16 v;
+      Load16(v, qT + i * kHeads16);
+      a[t] += v * b0[i];
+    }
     const F32x16 r0 = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
     __builtin_memcpy(out + k * kHeads16, &r0, sizeof r0);
   }
@@ -200,7 +226,8 @@ void WeightedRowsHeads16(const float* p, const float* const* rows, int64_t nk, i
   for (; c + 16 <= n; c += 16) {
     F32x16 y[kHeads16] = {};
     for (int64_t i = 0; i < nk; ++i) {
-      const F32x16 x = Load16(rows[i] + c);
+      F32x16 x;
+      Load16(x, rows[i] + c);
       const float* pi = p + i * kHeads16;
       for (int64_t h = 0; h < kHeads16; ++h) y[h] += pi[h] * x;
     }
