@@ -124,7 +124,11 @@ TEST(PlannedPrefill, DecodeContinuesBetweenAPassLayers) {
   std::condition_variable cv;
   inferd::testing::SeqCollector a_done, long_c;
   auto a_cb = a_done.Cb();
-  ASSERT_TRUE(b.Submit(Greedy("a", Prompt(3, 6), 60),
+  // "a" must still be decoding when the long prompt's pass starts: 240 tokens
+  // (with 60 it could finish while this thread was descheduled under ctest -j,
+  // and the pass then had nobody to yield to).
+  constexpr int kATokens = 240;
+  ASSERT_TRUE(b.Submit(Greedy("a", Prompt(3, 6), kATokens),
                        [&](inferd::SeqOutput o) {
                          a_tokens += static_cast<int>(o.tokens.size());
                          cv.notify_all();
@@ -150,7 +154,7 @@ TEST(PlannedPrefill, DecodeContinuesBetweenAPassLayers) {
   EXPECT_EQ(b.stats().prefill_passes, 1);
   EXPECT_GE(b.stats().max_pass_slice_seconds, 0.0);
   EXPECT_EQ(long_c.tokens, Serve(Chunked(), {Prompt(80, 7)}, 4).tokens[0]);
-  EXPECT_EQ(a_done.tokens, Serve(Chunked(), {Prompt(3, 6)}, 60).tokens[0]);
+  EXPECT_EQ(a_done.tokens, Serve(Chunked(), {Prompt(3, 6)}, kATokens).tokens[0]);
 }
 
 // A member cancelled mid-pass: the pass is abandoned (states truncated back),
