@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "common/format/quantize.h"
-#include "common/model/bf16.h"
 #include "common/base/sanitizer.h"
 
 namespace moe {
@@ -19,80 +18,9 @@ void SerialFor(int64_t n, absl::FunctionRef<void(int64_t)> body) {
 #define MOE_CLONE_WIDE
 #endif
 
-typedef uint8_t U8x16 __attribute__((vector_size(16)));
-typedef int32_t I32x16 __attribute__((vector_size(64)));
-typedef float F32x16 __attribute__((vector_size(64)));
-
-// noinline: g++ inlines the default clone of a target_clones function into
-// a caller in the same file, so the AVX-512 clone never ran.
-namespace linear_internal {
-
-// DequantizeRow's int8 and int4 loops (common/format/quantize.cc), cloned:
-// the absorbed MLA core dequantizes kv_b rows every step (14.7 M values per
-// GLM-5 layer). An exact conversion and one product: the same bits on every
-// clone (linear_test).
-MOE_CLONE_WIDE __attribute__((noinline))
-void DequantInt8(const int8_t* q, const float* scales, int64_t group, int64_t n, float* out) {
-  for (int64_t g0 = 0, k = 0; g0 < n; g0 += group, ++k) {
-    const int64_t g1 = std::min(n, g0 + group);
-    const float sc = scales[k];
-    for (int64_t i = g0; i < g1; ++i) out[i] = static_cast<float>(q[i]) * sc;
-  }
-}
-
-// 16 bytes (32 codes, low nibble first) at a time: the low and the high
-// nibbles widened and scaled as two vectors, then interleaved into code order
-// (a loop per code, or interleaving the bytes first, compiled to scalar
-// inserts: 10x slower on GLM-5's kv_b rows).
-MOE_CLONE_WIDE __attribute__((noinline))
-void DequantInt4(const uint8_t* data, const float* scales, int64_t group, int64_t n, float* out) {
-  for (int64_t g0 = 0, k = 0; g0 < n; g0 += group, ++k) {
-    const int64_t g1 = std::min(n, g0 + group);
-    const float sc = scales[k];
-    int64_t i = g0;
-    if ((i & 1) == 0) {
-      for (; i + 32 <= g1; i += 32) {
-        U8x16 b;
-        __builtin_memcpy(&b, data + i / 2, sizeof b);
-        // Codes i, i+2, ... (low nibbles) and i+1, i+3, ... (high), scaled, then interleaved.
-        const F32x16 lo = __builtin_convertvector(__builtin_convertvector(b & 0xf, I32x16) - 8, F32x16) * sc;
-        const F32x16 hi = __builtin_convertvector(__builtin_convertvector(b >> 4, I32x16) - 8, F32x16) * sc;
-        const F32x16 f0 = __builtin_shufflevector(lo, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        const F32x16 f1 = __builtin_shufflevector(lo, hi, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-        __builtin_memcpy(out + i, &f0, sizeof f0);
-        __builtin_memcpy(out + i + 16, &f1, sizeof f1);
-      }
-    }
-    for (; i < g1; ++i) out[i] = static_cast<float>(((data[i / 2] >> (4 * (i & 1))) & 0xf) - 8) * sc;
-  }
-}
-
-}  // namespace linear_internal
-
 void DequantRow(const WeightMatrix& w, int64_t r, float* out) {
-  const int64_t n = w.cols;
-  const uint8_t* row = w.data + r * RowBytes(w.format, n);
-  switch (w.format) {
-    case QFormat::kF32:
-      std::memcpy(out, row, n * 4);
-      return;
-    case QFormat::kBF16: {
-      const uint16_t* p = reinterpret_cast<const uint16_t*>(row);
-      for (int64_t i = 0; i < n; ++i) out[i] = BF16BitsToF32(p[i]);
-      return;
-    }
-    default:
-      break;
-  }
-  const float* scales = w.scales + r * GroupsPerRow(w.format, n);
-  switch (Info(w.format).bits) {
-    case 8:
-      return linear_internal::DequantInt8(reinterpret_cast<const int8_t*>(row), scales, GroupSize(w.format, n), n, out);
-    case 4:
-      return linear_internal::DequantInt4(row, scales, GroupSize(w.format, n), n, out);
-    default:
-      return DequantizeRow(w.format, row, scales, n, out);
-  }
+  DequantizeRow(w.format, w.data + r * RowBytes(w.format, w.cols), w.scales + r * GroupsPerRow(w.format, w.cols), w.cols,
+                out);
 }
 
 void Linear(const WeightMatrix& w, const float* x, int64_t s, float* y, ParallelFor par) {
@@ -169,7 +97,8 @@ void AxpyF32(float a, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// F32x16 (above): sixteen f32 lanes, one per head: a zmm register on AVX-512, two ymm on AVX2.
+// Sixteen f32 lanes, one per head: a zmm register on AVX-512, two ymm on AVX2.
+typedef float F32x16 __attribute__((vector_size(64)));
 
 namespace {
 // Through a reference, not a return value: a 64-byte vector returned from a

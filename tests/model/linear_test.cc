@@ -1,9 +1,9 @@
 // The f32 helpers of the absorbed MLA path (common/model/linear.h) against
 // plain loops, bit for bit: DotF32Many and DotF32Heads16 must equal DotF32
 // per vector, AxpyF32 a product then a sum per element and
-// WeightedRowsHeads16 a run of AxpyF32, DequantRow the format layer's
-// DequantizeRow, whichever clone (AVX-512, AVX2 or baseline) this CPU runs,
-// for every tail length; Linear the same bits on any ParallelFor.
+// WeightedRowsHeads16 a run of AxpyF32, whichever clone (AVX-512, AVX2 or
+// baseline) this CPU runs, for every tail length; Linear the same bits on any
+// ParallelFor. (DequantizeRow's codes: tests/format/quantize_test.cc.)
 #include "common/model/linear.h"
 
 #include <gtest/gtest.h>
@@ -89,26 +89,6 @@ TEST(LinearF32, WeightedRowsHeads16IsARunOfAxpyF32) {
       for (int64_t i = 0; i < nk; ++i)
         for (int64_t h = 0; h < kHeads16; ++h) AxpyF32(p[size_t(i * kHeads16 + h)], rp[size_t(i)], n, want.data() + h * n);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "n " << n << " nk " << nk;
-    }
-  }
-}
-
-TEST(LinearF32, DequantRowEqualsTheFormatLayersDequantizeRow) {
-  for (QFormat f : {QFormat::kQ8Row, QFormat::kQ8G128, QFormat::kQ4G64, QFormat::kQ4G32}) {
-    for (int64_t cols : {64, 200, 512}) {
-      const int64_t rows = 3;
-      const auto w = Random(size_t(rows * cols), uint32_t(cols));
-      std::vector<uint8_t> data(size_t(rows * RowBytes(f, cols)));
-      std::vector<float> scales(size_t(rows * GroupsPerRow(f, cols)));
-      ASSERT_TRUE(QuantizeMatrix(f, w.data(), rows, cols, data.data(), scales.data(), "test").ok());
-      const WeightMatrix m{f, rows, cols, data.data(), scales.data()};
-      for (int64_t r = 0; r < rows; ++r) {
-        std::vector<float> got(static_cast<size_t>(cols)), want(static_cast<size_t>(cols));
-        DequantRow(m, r, got.data());
-        DequantizeRow(f, data.data() + r * RowBytes(f, cols), scales.data() + r * GroupsPerRow(f, cols), cols,
-                      want.data());
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << Name(f) << " cols " << cols;
-      }
     }
   }
 }
