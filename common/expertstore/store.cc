@@ -83,12 +83,13 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(std::unique_ptr
     }
     if (dfd < 0) return absl::NotFoundError(absl::StrCat("expert shard ", f, ": ", strerror(errno)));
     st->direct_fds_.push_back(dfd);
-    const int bfd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    // The buffered fd serves only the page-cache tier, which reads a record buffered once it is
+    // known to be cached (see page_cache_probe.h: a buffered try on a miss would read it twice),
+    // and never reads ahead.
+    const int bfd = config.page_cache_tier ? ::open(f.c_str(), O_RDONLY | O_CLOEXEC) : -1;
     st->buffered_fds_.push_back(bfd);
-    // The page-cache tier reads a record buffered only once it is known to be cached (see
-    // page_cache_probe.h: a buffered try on a miss would read it twice), and never reads ahead.
     std::unique_ptr<PageCacheProbe> probe;
-    if (config.page_cache_tier && bfd >= 0) {
+    if (bfd >= 0) {
       ::posix_fadvise(bfd, 0, 0, POSIX_FADV_RANDOM);
       auto p = PageCacheProbe::Open(bfd);
       if (p.ok()) {
