@@ -113,6 +113,8 @@ class Engine {
   LocalExpertSource& local_source() { return *local_; }
   bool has_local_source() const { return local_ != nullptr; }
   ExpertSource& expert_source() { return *source_; }
+  // The converted container (nullptr for an HF checkpoint): its records' CRCs name the bytes.
+  const Container* container() const { return container_.get(); }
   KvCache NewCache() const { return KvCache::ForModel(config(), cfg_.kv_dtype, /*mtp=*/false, index_q8_); }
   bool index_q8() const { return index_q8_; }
 

@@ -37,6 +37,7 @@
 #include "common/kernels/kernels.h"
 #include "common/model/bf16.h"
 #include "common/expert_source/expert_source.h"
+#include "common/expert_source/remote_experts.h"
 #include "common/model/kv_cache.h"
 #include "common/model/weights.h"
 
@@ -177,6 +178,17 @@ class Model {
   // Not for concurrent forwards on one Model (the sums are not atomic).
   void set_profile(StepProfile* p) { profile_ = p; }
   StepProfile* profile() const { return profile_; }
+  // Expert parallelism across hosts (common/expert_source/remote_experts.h):
+  // the routed experts `remote` says run elsewhere are computed there, with
+  // this host's source as the fallback; nullptr: all here. Not owned; set
+  // before Forward, not during one.
+  void set_remote_experts(RemoteExperts* remote) { remote_ = remote; }
+  // The owner's side (services/peer): R(expert(x)) of each job's rows of
+  // x [n_rows, H], from this model's expert source, computed exactly as Moe
+  // computes them; outputs[j] is [jobs[j].rows.size(), H]. InvalidArgument
+  // for a layer without routed experts, an expert or row out of range.
+  absl::Status RunExperts(int layer, const float* x, int64_t n_rows, std::span<const RemoteExpertJob> jobs,
+                          std::vector<std::vector<float>>& outputs) const;
 
   // Runs `ids` at positions cache.length() ... and appends them to `cache`.
   // Returns logits (and final-normed hidden states) of every row when
@@ -252,6 +264,10 @@ class Model {
   absl::Status Moe(const LayerWeights& lw, int layer_id, const float* x, int64_t S, std::span<const int64_t> pos,
                    std::span<const uint8_t> prefill,
                    float* out) const;
+  // R(expert(x)) for `rows` of x (H wide) into y [rows.size(), H]: the one
+  // routed-expert computation (Moe's and RunExperts').
+  absl::Status ExpertRows(const ExpertKey& key, const ExpertWeights& ew, const float* x, std::span<const int64_t> rows,
+                          float* y) const;
   // Top-k routed experts of one row's router logits (sc: sigmoid scores, E).
   std::vector<int> Route(const LayerWeights& lw, const float* logits, float* sc) const;
   // Sends HintAhead for the next MoE layer's predicted experts (batches of at
@@ -289,6 +305,7 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<ModelWeights> weights_;
   ExpertSource* experts_;
+  RemoteExperts* remote_ = nullptr;
   ModelOptions opt_;
   TraceFn trace_;
   RouteFn route_tap_, lookahead_tap_;

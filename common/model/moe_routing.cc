@@ -78,13 +78,33 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // while the shared expert runs); prefill-only ones are streamed without
   // displacing the decode working set and are not hinted (a hint fills like demand).
   std::vector<ExpertKey> wanted, hinted;
-  std::vector<size_t> decode_idx, prefill_idx;  // into wanted
+  std::vector<size_t> decode_idx, prefill_idx;  // into wanted, computed here
+  // Experts another host owns (expert parallelism): their rows go there; the
+  // outputs come back uncombined and are combined below in slot order.
+  std::vector<RemoteExpertJob> remote_jobs;
+  std::vector<size_t> remote_idx;  // into wanted
   for (int e = 0; e < E; ++e) {
     if (!users[e]) continue;
+    if (remote_ != nullptr && remote_->IsRemote(layer_id, e)) {
+      remote_idx.push_back(wanted.size());
+      RemoteExpertJob job;
+      job.expert = e;
+      for (int64_t s = 0; s < S; ++s) {
+        for (int k = 0; k < K; ++k) {
+          if (routes[s][k].first == e) job.rows.push_back(s);
+        }
+      }
+      remote_jobs.push_back(std::move(job));
+      wanted.push_back({layer_id, e});
+      continue;
+    }
     (decode_use[e] ? decode_idx : prefill_idx).push_back(wanted.size());
     wanted.push_back({layer_id, e});
     if (decode_use[e]) hinted.push_back({layer_id, e});
   }
+  // The remote calls go out first: the network overlaps everything below.
+  std::unique_ptr<RemoteExpertCall> remote_call;
+  if (!remote_jobs.empty()) remote_call = remote_->Start(layer_id, x, S, H, remote_jobs);
   // The look-ahead goes first: expertd keeps the predicted experts of the
   // next layer that are resident from being evicted by this layer's fills
   // (its speculative reads queue behind demand reads either way).
@@ -106,57 +126,68 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // descending selection score), rounds once, then adds the shared expert.
   // Each routed expert is computed as soon as its lease arrives (GetEach:
   // hits first, misses as their reads land) and writes only its own slots,
-  // so the arrival order never changes the result.
+  // so the arrival order never changes the result; nor does where it ran.
   std::vector<float> slot(S * K * H, 0.0f);
-  const int64_t Im = c.moe_intermediate_size;
+  // Writes expert `e`'s outputs y [rows of e, H] (rows ascending) into its slots.
+  auto place = [&](int e, const float* y) {
+    int64_t i = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      for (int k = 0; k < K; ++k) {
+        if (routes[s][k].first != e) continue;
+        float* dst = slot.data() + (s * K + k) * H;
+        const float w = routes[s][k].second;
+        for (int64_t d = 0; d < H; ++d) dst[d] = y[i * H + d] * w;
+        ++i;
+      }
+    }
+  };
   // expert_fetch: the time GetEach blocked, i.e. its wall time minus the
   // expert compute done in the callback as leases arrive.
   using Clock = std::chrono::steady_clock;
   const Clock::time_point fetch_t0 = Clock::now();
   double in_ready_s = 0;
+  std::vector<int64_t> rows;
+  std::vector<float> y;
   auto compute = [&](size_t index, ExpertLease lease) -> absl::Status {
     const Clock::time_point ready_t0 = Clock::now();
     const ExpertKey key = wanted[index];
-    const ExpertWeights& ew = lease.weights();
-    if (ew.gate.rows != Im || ew.gate.cols != H || ew.up.rows != Im || ew.up.cols != H || ew.down.rows != H ||
-        ew.down.cols != Im) {
-      return absl::InvalidArgumentError(absl::StrCat("expert (layer ", key.layer, ", id ", key.expert,
-                                                     ") has wrong shapes"));
-    }
-    std::vector<int64_t> rows, slots;
-    std::vector<float> rw;
+    rows.clear();
     for (int64_t s = 0; s < S; ++s) {
       for (int k = 0; k < K; ++k) {
-        if (routes[s][k].first == key.expert) {
-          rows.push_back(s);
-          slots.push_back(s * K + k);
-          rw.push_back(routes[s][k].second);
-        }
+        if (routes[s][k].first == key.expert) rows.push_back(s);
       }
     }
-    const int64_t n = static_cast<int64_t>(rows.size());
-    std::vector<float> xin(n * H), g(n * Im), u(n * Im), y(n * H);
-    for (int64_t i = 0; i < n; ++i) std::memcpy(xin.data() + i * H, x + rows[i] * H, H * sizeof(float));
-    Mm(ew.gate, xin.data(), n, g.data());
-    Mm(ew.up, xin.data(), n, u.data());
-    for (int64_t i = 0; i < n * Im; ++i) g[i] = R(R(Silu(R(g[i]))) * R(u[i]));
-    Mm(ew.down, g.data(), n, y.data());
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = slot.data() + slots[i] * H;
-      for (int64_t d = 0; d < H; ++d) dst[d] = R(y[i * H + d]) * rw[i];
-    }
+    y.resize(rows.size() * H);
+    MOE_RETURN_IF_ERROR(ExpertRows(key, lease.weights(), x, rows, y.data()));
+    place(key.expert, y.data());
     in_ready_s += std::chrono::duration<double>(Clock::now() - ready_t0).count();
     return absl::OkStatus();
   };
-  for (const auto& part : {std::pair{&decode_idx, FetchUse::kDecode}, std::pair{&prefill_idx, FetchUse::kPrefill}}) {
-    const std::vector<size_t>& which = *part.first;
-    if (which.empty()) continue;
+  auto fetch_and_compute = [&](const std::vector<size_t>& which, FetchUse use) -> absl::Status {
+    if (which.empty()) return absl::OkStatus();
     std::vector<int> ids;
     for (size_t i : which) ids.push_back(wanted[i].expert);
-    MOE_RETURN_IF_ERROR(experts_->GetEach(
-        layer_id, ids, [&](size_t j, ExpertLease lease) { return compute(which[j], std::move(lease)); },
-        part.second));
+    return experts_->GetEach(
+        layer_id, ids, [&](size_t j, ExpertLease lease) { return compute(which[j], std::move(lease)); }, use);
+  };
+  absl::Status local = fetch_and_compute(decode_idx, FetchUse::kDecode);
+  if (local.ok()) local = fetch_and_compute(prefill_idx, FetchUse::kPrefill);
+  if (remote_call) {
+    // Always waited for (x and the jobs must outlive the calls), even after a local error.
+    std::vector<std::vector<float>> got = remote_call->Wait();
+    MOE_RETURN_IF_ERROR(local);
+    std::vector<size_t> fallback;  // owners that failed: computed from this host's source
+    for (size_t j = 0; j < remote_jobs.size(); ++j) {
+      const int64_t n = static_cast<int64_t>(remote_jobs[j].rows.size());
+      if (j < got.size() && static_cast<int64_t>(got[j].size()) == n * H) {
+        place(remote_jobs[j].expert, got[j].data());
+      } else {
+        fallback.push_back(remote_idx[j]);
+      }
+    }
+    local = fetch_and_compute(fallback, FetchUse::kDecode);
   }
+  MOE_RETURN_IF_ERROR(local);
   if (profile_)
     profile_->expert_fetch += std::chrono::duration<double>(Clock::now() - fetch_t0).count() - in_ready_s;
   std::vector<float> acc(S * H, 0.0f);
@@ -175,6 +206,60 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     std::memcpy(out, acc.data(), S * H * sizeof(float));
   }
   return absl::OkStatus();
+}
+
+absl::Status Model::ExpertRows(const ExpertKey& key, const ExpertWeights& ew, const float* x,
+                              std::span<const int64_t> rows, float* y) const {
+  const int64_t H = config_.hidden_size, Im = config_.moe_intermediate_size;
+  if (ew.gate.rows != Im || ew.gate.cols != H || ew.up.rows != Im || ew.up.cols != H || ew.down.rows != H ||
+      ew.down.cols != Im) {
+    return absl::InvalidArgumentError(absl::StrCat("expert (layer ", key.layer, ", id ", key.expert,
+                                                   ") has wrong shapes"));
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<float> xin(n * H), g(n * Im), u(n * Im);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(xin.data() + i * H, x + rows[i] * H, H * sizeof(float));
+  Mm(ew.gate, xin.data(), n, g.data());
+  Mm(ew.up, xin.data(), n, u.data());
+  for (int64_t i = 0; i < n * Im; ++i) g[i] = R(R(Silu(R(g[i]))) * R(u[i]));
+  Mm(ew.down, g.data(), n, y);
+  for (int64_t i = 0; i < n * H; ++i) y[i] = R(y[i]);
+  return absl::OkStatus();
+}
+
+absl::Status Model::RunExperts(int layer, const float* x, int64_t n_rows, std::span<const RemoteExpertJob> jobs,
+                               std::vector<std::vector<float>>& outputs) const {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  const bool is_mtp = layer == c.num_hidden_layers && has_mtp();
+  if (layer < c.first_k_dense_replace || (layer >= c.num_hidden_layers && !is_mtp)) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " has no routed experts (MoE layers: ",
+                                                   c.first_k_dense_replace, "..", c.num_hidden_layers - 1,
+                                                   has_mtp() ? absl::StrCat(" and MTP ", c.num_hidden_layers) : "",
+                                                   ")"));
+  }
+  std::vector<int> ids;
+  for (const RemoteExpertJob& j : jobs) {
+    if (j.expert < 0 || j.expert >= c.n_routed_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", j.expert, " out of range (the model has ", c.n_routed_experts, ")"));
+    }
+    for (int64_t r : j.rows) {
+      if (r < 0 || r >= n_rows) {
+        return absl::InvalidArgumentError(absl::StrCat("row ", r, " of expert ", j.expert, " out of range (",
+                                                       n_rows, " rows sent)"));
+      }
+    }
+    ids.push_back(j.expert);
+  }
+  outputs.assign(jobs.size(), {});
+  return experts_->GetEach(
+      layer, ids,
+      [&](size_t j, ExpertLease lease) {
+        outputs[j].resize(jobs[j].rows.size() * H);
+        return ExpertRows({layer, jobs[j].expert}, lease.weights(), x, jobs[j].rows, outputs[j].data());
+      },
+      FetchUse::kDecode);
 }
 
 }  // namespace moe

@@ -32,6 +32,8 @@ absl::StatusOr<uint32_t> FileCrc(const std::string& path, uint64_t* size) {
   return c;
 }
 
+}  // namespace
+
 absl::StatusOr<std::string> WeightsIdentity(const std::string& model_dir) {
   if (std::filesystem::exists(std::filesystem::path(model_dir) / std::string(kManifestFileName))) {
     MOE_ASSIGN_OR_RETURN(std::unique_ptr<Container> ct, Container::Open(model_dir));
@@ -57,8 +59,6 @@ absl::StatusOr<std::string> WeightsIdentity(const std::string& model_dir) {
   }
   return absl::StrCat("checkpoint:", absl::Hex(h, absl::kZeroPad8), "/", ck->num_files(), "f/", total, "B");
 }
-
-}  // namespace
 
 absl::StatusOr<std::string> EngineStateIdentity(const std::string& model_dir, const EngineConfig& cfg,
                                                 const Engine& engine) {

@@ -23,6 +23,10 @@
 
 namespace moe::inferd {
 
+// The weights' part alone ("container:<crc>/<n>t/<n>r" or "checkpoint:..."): an
+// ownership map names its model by it (services/peer/ownership_map.h).
+absl::StatusOr<std::string> WeightsIdentity(const std::string& model_dir);
+
 absl::StatusOr<std::string> EngineStateIdentity(const std::string& model_dir, const EngineConfig& cfg,
                                                 const Engine& engine);
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "services/inferd/engine_identity.h"
+#include "services/peer/peer_server.h"
 #include "common/format/crc32c.h"
 #include "common/model/pass_memory.h"
 #include "common/model/spec_mtp.h"
@@ -43,6 +44,15 @@ absl::StatusOr<std::unique_ptr<EngineModel>> EngineModel::Open(const std::string
   m->cfg_.expert_source = nullptr;  // only the options that shape KV values are kept (identity)
   return m;
 }
+
+EngineModel::~EngineModel() {
+  if (peer_) {
+    engine_->mutable_model().set_remote_experts(nullptr);
+    peer_.reset();
+  }
+}
+
+void EngineModel::set_peer_node(std::unique_ptr<peer::PeerNode> node) { peer_ = std::move(node); }
 
 absl::StatusOr<std::string> EngineModel::StateIdentity() const {
   std::call_once(identity_once_, [&] { identity_ = EngineStateIdentity(model_dir_, cfg_, *engine_); });

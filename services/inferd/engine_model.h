@@ -22,10 +22,15 @@
 #include "common/model/engine.h"
 #include "services/inferd/sequence_model.h"
 
+namespace moe::peer {
+class PeerNode;
+}
+
 namespace moe::inferd {
 
 class EngineModel final : public SequenceModel {
  public:
+  ~EngineModel() override;
   static absl::StatusOr<std::unique_ptr<EngineModel>> Open(const std::string& model_dir, const EngineConfig& cfg,
                                                            int64_t max_context);
 
@@ -57,6 +62,10 @@ class EngineModel final : public SequenceModel {
   void set_batched_forward(bool on) { batched_forward_ = on; }
   // The engine behind it (benchmarks: its expert source's counters, routing taps).
   Engine& engine() { return *engine_; }
+  // Expert parallelism (services/peer): this host's client (already set on
+  // the model as its RemoteExperts) and server; torn down before the engine.
+  void set_peer_node(std::unique_ptr<peer::PeerNode> node);
+  peer::PeerNode* peer_node() const { return peer_.get(); }
   // The serving plan's pass bytes (0: no plan, or one older than planned prefill).
   void set_planned_pass_bytes(int64_t b) { planned_pass_bytes_ = b; }
   // The plan's, else kDefaultPrefillPassBytes (common/model/pass_memory.h).
@@ -92,6 +101,7 @@ class EngineModel final : public SequenceModel {
   bool batched_forward_ = true;
   int64_t planned_pass_bytes_ = 0;
   bool mtp_drafts_ = false;
+  std::unique_ptr<peer::PeerNode> peer_;  // last: destroyed first
 };
 
 }  // namespace moe::inferd

@@ -21,8 +21,10 @@
 #include "common/text/model_text.h"
 #include "common/text/output_vocab.h"
 #include "services/expertd_client/remote_expert_source.h"
+#include "services/inferd/engine_identity.h"
 #include "services/inferd/engine_model.h"
 #include "services/inferd/service.h"
+#include "services/peer/peer_flags.h"
 
 namespace {
 
@@ -35,6 +37,7 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     f.AddBool("batched-forward", &batched_forward_,
               "one forward per step over all sequences (false: one forward per sequence; benchmark baseline)");
     f.AddInt("max-context", &max_context_, "context per sequence (0: the model's max_position_embeddings)");
+    peers_.Register(f);
   }
   absl::StatusOr<std::unique_ptr<moe::inferd::SequenceModel>> Create() override {
     // Refuse at start what cannot fit (the budget, or the machine's available
@@ -54,6 +57,17 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     if (fit->kv_budget_bytes > 0) (*m)->set_kv_budget(fit->kv_budget_bytes, fit->plan.kv_bytes_per_token);
     (*m)->set_batched_forward(batched_forward_);
     (*m)->set_planned_pass_bytes(fit->prefill_pass_bytes);
+    if (peers_.enabled()) {
+      // Expert parallelism: the experts other hosts own are computed there (docs/MULTIHOST.md).
+      auto identity = (*m)->StateIdentity();
+      if (!identity.ok()) return identity.status();
+      auto weights = moe::inferd::WeightsIdentity(engine_.model);
+      if (!weights.ok()) return weights.status();
+      auto node = moe::peer::StartPeerNode(peers_, (*m)->engine().mutable_model(), (*m)->engine().container(),
+                                           *identity, *weights);
+      if (!node.ok()) return node.status();
+      (*m)->set_peer_node(std::move(*node));
+    }
     return std::unique_ptr<moe::inferd::SequenceModel>(std::move(*m));
   }
   // Structured outputs: the model directory's tokenizer unless --tokenizer names another
@@ -77,6 +91,7 @@ class EngineFactory final : public moe::inferd::ModelFactory {
 
  private:
   moe::EngineFlags engine_;
+  moe::peer::PeerFlags peers_;
   bool batched_forward_ = true;
   int64_t max_context_ = 0;
 };

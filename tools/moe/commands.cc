@@ -11,6 +11,7 @@ int RunConvert(int argc, char** argv);
 int RunHeat(int argc, char** argv);
 int RunInspect(int argc, char** argv);
 int RunMtp(int argc, char** argv);
+int RunOwnership(int argc, char** argv);
 int RunPlan(int argc, char** argv);
 int RunQuality(int argc, char** argv);
 int RunRun(int argc, char** argv);
@@ -27,6 +28,7 @@ const Command kCommands[] = {
     {"heat", "expertd admin: tiers, hit rates, expert heat (--json, --png), pin/unpin, budget", RunHeat},
     {"inspect", "census of a container or checkpoint: bytes per format, role, layer", RunInspect},
     {"mtp", "MTP draft acceptance rate on a text file or a generated answer", RunMtp},
+    {"ownership", "the (layer, expert) -> host map of an expert-parallel group (inferd --ownership-map)", RunOwnership},
     {"plan", "the serving plan in a RAM budget: formats, context, expert cache, bytes and floor tok/s per token", RunPlan},
     {"quality", "quantization quality table vs oracle goldens (experts x dense formats)", RunQuality},
     {"run", "generate tokens from a model directory (--model, --prompt-ids, --max-tokens, ...)", RunRun},

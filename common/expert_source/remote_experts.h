@@ -1,0 +1,51 @@
+// RemoteExperts: routed experts computed on the host that owns them (expert
+// parallelism across hosts, docs/MULTIHOST.md).
+//
+// Moving a 21 MB GLM-5 expert costs ~900x the bytes of sending the 12 KB row
+// that needs it to the host that holds it and getting its 12 KB output back,
+// so decode sends activations to experts. The engine (Model::Moe) asks
+// IsRemote for each routed expert of a layer, Starts one call with the
+// layer's input rows for those that are, computes its own experts meanwhile,
+// and then combines every (row, slot) output itself in slot order. A remote
+// output is R(expert(x)) exactly as this host would compute it (same weights,
+// numerics and kernels: the hosts' identities must match), so the result is
+// bit-identical to one host whatever the ownership map or arrival order.
+// A job whose owner fails, times out or refuses comes back empty and the
+// engine computes it from its own expert source (the fallback: slower, never
+// wrong). This header sits below the engine and the transport (services/peer).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace moe {
+
+struct RemoteExpertJob {
+  int expert = 0;
+  std::vector<int64_t> rows;  // indices into the layer's [S, H] input, ascending
+};
+
+class RemoteExpertCall {
+ public:
+  virtual ~RemoteExpertCall() = default;
+  // Blocks until every owner answered, failed or passed its deadline. One
+  // entry per job: the outputs [rows x H], or empty when the job must run here.
+  virtual std::vector<std::vector<float>> Wait() = 0;
+};
+
+class RemoteExperts {
+ public:
+  virtual ~RemoteExperts() = default;
+  // Whether (layer, expert) runs on another host now: false when this host
+  // owns or replicates it, or its owner is suspect (recent failures). Any thread.
+  virtual bool IsRemote(int layer, int expert) const = 0;
+  // Starts the calls for `jobs` (IsRemote experts of one layer; x is the
+  // layer's MoE input [S, H], f32) and returns at once; x and jobs must stay
+  // valid until Wait returns.
+  virtual std::unique_ptr<RemoteExpertCall> Start(int layer, const float* x, int64_t S, int64_t H,
+                                                  std::span<const RemoteExpertJob> jobs) = 0;
+};
+
+}  // namespace moe
