@@ -186,6 +186,13 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
     info.spec_decode_tokens = stats.spec_decode_tokens();
     info.spec_drafted = stats.spec_drafted();
     info.spec_accepted = stats.spec_accepted();
+    info.peer_remote_jobs = stats.peer_remote_jobs();
+    info.peer_fallback_jobs = stats.peer_fallback_jobs();
+    info.peer_failed_calls = stats.peer_failed_calls();
+    info.peer_bytes_sent = stats.peer_bytes_sent();
+    info.peer_bytes_received = stats.peer_bytes_received();
+    info.peer_served_jobs = stats.peer_served_jobs();
+    info.peer_refused_calls = stats.peer_refused_calls();
     info.spec_drafted_per_position.assign(stats.spec_drafted_per_position().begin(),
                                           stats.spec_drafted_per_position().end());
     info.spec_accepted_per_position.assign(stats.spec_accepted_per_position().begin(),

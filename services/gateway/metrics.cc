@@ -72,6 +72,19 @@ Metrics::Metrics(const std::string& model) : registry_(std::make_shared<promethe
                        "Routed-expert fetches of each worker (one per distinct expert per layer per step)");
   w_prefix_hits_ = counter("moe_worker_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache");
   w_prefix_lookups_ = counter("moe_worker_prefix_cache_lookups_total", "Prefix cache lookups");
+  w_peer_remote_ = counter("moe_worker_peer_remote_jobs_total",
+                           "Expert parallelism: (layer, expert) jobs each worker sent to the host that owns them");
+  w_peer_fallback_ = counter("moe_worker_peer_fallback_jobs_total",
+                             "Expert parallelism: jobs computed on the worker's host after their owner failed");
+  w_peer_failed_ = counter("moe_worker_peer_failed_calls_total",
+                           "Expert parallelism: RunExperts calls that failed, timed out or were refused");
+  w_peer_sent_ = counter("moe_worker_peer_bytes_sent_total", "Expert parallelism: activation bytes sent to owners");
+  w_peer_received_ = counter("moe_worker_peer_bytes_received_total",
+                             "Expert parallelism: expert-output bytes received from owners");
+  w_peer_served_ = counter("moe_worker_peer_served_jobs_total",
+                           "Expert parallelism: jobs the worker computed as owner for other hosts");
+  w_peer_refused_ = counter("moe_worker_peer_refused_calls_total",
+                            "Expert parallelism: RunExperts calls the worker refused (token, model, epoch, bound)");
 }
 
 void Metrics::ObserveRequest(const std::string& endpoint, int http_status, double seconds) {
@@ -118,6 +131,13 @@ std::string Metrics::Render(const AdmissionController* admission, const Sequence
       Advance(w_spec_tokens_, w.name, w.info.spec_decode_tokens);
       Advance(w_spec_drafted_, w.name, w.info.spec_drafted);
       Advance(w_spec_accepted_, w.name, w.info.spec_accepted);
+      Advance(w_peer_remote_, w.name, w.info.peer_remote_jobs);
+      Advance(w_peer_fallback_, w.name, w.info.peer_fallback_jobs);
+      Advance(w_peer_failed_, w.name, w.info.peer_failed_calls);
+      Advance(w_peer_sent_, w.name, w.info.peer_bytes_sent);
+      Advance(w_peer_received_, w.name, w.info.peer_bytes_received);
+      Advance(w_peer_served_, w.name, w.info.peer_served_jobs);
+      Advance(w_peer_refused_, w.name, w.info.peer_refused_calls);
       w_waiting_->Add(l).Set(w.info.waiting_sequences);
       w_disk_bytes_->Add(l).Set(static_cast<double>(w.info.prefix_disk_bytes));
       w_disk_cap_->Add(l).Set(static_cast<double>(w.info.prefix_disk_capacity_bytes));

@@ -22,7 +22,9 @@
 //     moe_worker_spec_decode_steps_total, moe_worker_spec_decode_tokens_total,
 //     moe_worker_spec_drafted_total, moe_worker_spec_accepted_total,
 //     moe_worker_prefix_disk_hit_tokens_total, moe_worker_prefix_disk_ignored_total,
-//     moe_worker_prefill_passes_total, moe_worker_prefill_pass_rows_total
+//     moe_worker_prefill_passes_total, moe_worker_prefill_pass_rows_total,
+//     moe_worker_peer_{remote_jobs,fallback_jobs,failed_calls,bytes_sent,bytes_received,served_jobs,
+//     refused_calls}_total (expert parallelism across hosts)
 //     counters; moe_worker_waiting_sequences, moe_worker_prefix_disk_bytes,
 //     moe_worker_prefix_disk_capacity_bytes, moe_worker_prefix_disk_files,
 //     moe_worker_prefill_pass_capacity_rows, moe_worker_prefill_max_slice_seconds gauges; moe_worker_spec_tokens_per_step and moe_worker_spec_acceptance{position}
@@ -108,6 +110,13 @@ class Metrics {
   Counters* w_steps_;
   Counters* w_fetches_;
   Counters* w_prefix_hits_;
+  Counters* w_peer_remote_;
+  Counters* w_peer_fallback_;
+  Counters* w_peer_failed_;
+  Counters* w_peer_sent_;
+  Counters* w_peer_received_;
+  Counters* w_peer_served_;
+  Counters* w_peer_refused_;
   Counters* w_prefix_lookups_;
 
   std::mutex mu_;  // rates and the last reported totals

@@ -123,6 +123,9 @@ struct WorkerInfo {
           prefix_disk_ignored = 0;
   int64_t prefill_passes = 0, prefill_pass_rows = 0, prefill_pass_capacity_rows = 0;
   double prefill_max_slice_seconds = 0;
+  // Expert parallelism across hosts (StatsReply peer_*): running totals.
+  int64_t peer_remote_jobs = 0, peer_fallback_jobs = 0, peer_failed_calls = 0, peer_bytes_sent = 0,
+          peer_bytes_received = 0, peer_served_jobs = 0, peer_refused_calls = 0;
 };
 
 class Worker {

@@ -54,6 +54,25 @@ EngineModel::~EngineModel() {
 
 void EngineModel::set_peer_node(std::unique_ptr<peer::PeerNode> node) { peer_ = std::move(node); }
 
+SequenceModel::PeerCounters EngineModel::peer_counters() const {
+  PeerCounters c;
+  if (!peer_) return c;
+  if (peer_->client() != nullptr) {
+    const peer::PeerClientStats s = peer_->client()->stats();
+    c.remote_jobs = s.remote_jobs;
+    c.fallback_jobs = s.fallback_jobs;
+    c.failed_calls = s.failed_calls;
+    c.bytes_sent = s.bytes_sent;
+    c.bytes_received = s.bytes_received;
+  }
+  if (peer_->service() != nullptr) {
+    const peer::PeerServerStats s = peer_->service()->stats();
+    c.served_jobs = s.jobs;
+    c.refused_calls = s.refused;
+  }
+  return c;
+}
+
 absl::StatusOr<std::string> EngineModel::StateIdentity() const {
   std::call_once(identity_once_, [&] { identity_ = EngineStateIdentity(model_dir_, cfg_, *engine_); });
   return identity_;

@@ -66,6 +66,7 @@ class EngineModel final : public SequenceModel {
   // the model as its RemoteExperts) and server; torn down before the engine.
   void set_peer_node(std::unique_ptr<peer::PeerNode> node);
   peer::PeerNode* peer_node() const { return peer_.get(); }
+  PeerCounters peer_counters() const override;
   // The serving plan's pass bytes (0: no plan, or one older than planned prefill).
   void set_planned_pass_bytes(int64_t b) { planned_pass_bytes_ = b; }
   // The plan's, else kDefaultPrefillPassBytes (common/model/pass_memory.h).

@@ -144,6 +144,13 @@ class SequenceModel {
   // Routed-expert fetches (ExpertSource Gets) so far, or < 0 when unknown.
   // A batched step fetches each distinct (layer, expert) once.
   virtual int64_t expert_fetches() const { return -1; }
+  // Expert parallelism across hosts (services/peer), running totals; all 0 without it.
+  struct PeerCounters {
+    int64_t remote_jobs = 0, fallback_jobs = 0, failed_calls = 0;  // (layer, expert) jobs sent / redone here
+    int64_t bytes_sent = 0, bytes_received = 0;                    // row payloads
+    int64_t served_jobs = 0, refused_calls = 0;                    // as the owner, for other hosts
+  };
+  virtual PeerCounters peer_counters() const { return {}; }
 };
 
 }  // namespace moe::inferd

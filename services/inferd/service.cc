@@ -211,6 +211,16 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
   reply->set_prefix_disk_writes(s.prefix.disk.writes);
   reply->set_prefix_disk_ignored(s.prefix.disk.ignored);
   reply->set_prefix_disk_spills_dropped(s.prefix.spills_dropped);
+  {
+    const SequenceModel::PeerCounters p = model_->peer_counters();
+    reply->set_peer_remote_jobs(p.remote_jobs);
+    reply->set_peer_fallback_jobs(p.fallback_jobs);
+    reply->set_peer_failed_calls(p.failed_calls);
+    reply->set_peer_bytes_sent(p.bytes_sent);
+    reply->set_peer_bytes_received(p.bytes_received);
+    reply->set_peer_served_jobs(p.served_jobs);
+    reply->set_peer_refused_calls(p.refused_calls);
+  }
   reply->set_spec_decode_steps(s.spec.steps);
   reply->set_spec_decode_tokens(s.spec.tokens);
   reply->set_spec_drafted(s.spec.drafted);

@@ -171,7 +171,7 @@ std::unique_ptr<RemoteExpertCall> PeerClient::Start(int layer, const float* x, i
   std::map<int, std::vector<size_t>> by_host;
   for (size_t j = 0; j < jobs.size(); ++j) by_host[map_.HostFor(opt_.self, layer, jobs[j].expert)].push_back(j);
   int64_t sent = 0;
-  const auto deadline = std::chrono::system_clock::now() + opt_.deadline;
+  const auto now = std::chrono::system_clock::now();
   for (auto& [host, idx] : by_host) {
     auto c = std::make_unique<HostCall>();
     c->host = host;
@@ -204,7 +204,7 @@ std::unique_ptr<RemoteExpertCall> PeerClient::Start(int layer, const float* x, i
       ej->set_expert(jobs[j].expert);
       for (int64_t r : jobs[j].rows) ej->add_rows(static_cast<int32_t>(local_of[r]));
     }
-    c->ctx.set_deadline(deadline);
+    c->ctx.set_deadline(now + opt_.deadline + opt_.per_expert * static_cast<int64_t>(idx.size()));
     c->ctx.AddMetadata("authorization", "Bearer " + opt_.token);
     call->Send(std::move(c));
   }

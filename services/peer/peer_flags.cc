@@ -25,6 +25,8 @@ void PeerFlags::Register(FlagSet& f) {
   f.AddInt("host-index", &host_index, "expert parallelism: this host's index in the ownership map's hosts");
   f.AddInt("peer-deadline-ms", &deadline_ms,
            "expert parallelism: deadline of one RunExperts; past it the experts are computed here");
+  f.AddInt("peer-deadline-per-expert-ms", &deadline_per_expert_ms,
+           "expert parallelism: added to --peer-deadline-ms per expert of the call (the owner may read each cold)");
   f.AddInt("peer-suspect-ms", &suspect_ms,
            "expert parallelism: after a failed call, how long a host's experts are computed here before it is "
            "tried again");
@@ -63,8 +65,9 @@ absl::StatusOr<std::unique_ptr<PeerNode>> StartPeerNode(const PeerFlags& f, Mode
     return absl::InvalidArgumentError("--peer-listen / --ownership-map need --peer-token-file (never an open port)");
   }
   if (f.map_file.empty()) return absl::InvalidArgumentError("--peer-listen needs --ownership-map (its epoch)");
-  if (f.deadline_ms < 1 || f.suspect_ms < 0 || f.max_rows < 1) {
-    return absl::InvalidArgumentError("--peer-deadline-ms >= 1, --peer-suspect-ms >= 0, --peer-max-rows >= 1");
+  if (f.deadline_ms < 1 || f.deadline_per_expert_ms < 0 || f.suspect_ms < 0 || f.max_rows < 1) {
+    return absl::InvalidArgumentError(
+        "--peer-deadline-ms >= 1, --peer-deadline-per-expert-ms >= 0, --peer-suspect-ms >= 0, --peer-max-rows >= 1");
   }
   MOE_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(f.token_file));
   MOE_ASSIGN_OR_RETURN(OwnershipMap map, OwnershipMap::Load(f.map_file));
@@ -86,6 +89,7 @@ absl::StatusOr<std::unique_ptr<PeerNode>> StartPeerNode(const PeerFlags& f, Mode
   co.token = token;
   co.model_identity = state_identity;
   co.deadline = std::chrono::milliseconds(f.deadline_ms);
+  co.per_expert = std::chrono::milliseconds(f.deadline_per_expert_ms);
   co.suspect_for = std::chrono::milliseconds(f.suspect_ms);
   co.record_crc = crc;
   const uint64_t epoch = map.epoch;

@@ -24,6 +24,7 @@ struct PeerFlags {
   std::string map_file;    // the ownership map (moe ownership)
   int64_t host_index = -1;
   int64_t deadline_ms = 250;
+  int64_t deadline_per_expert_ms = 50;
   int64_t suspect_ms = 10000;
   int64_t max_rows = 8192;
 

@@ -71,6 +71,7 @@ std::unique_ptr<PeerClient> Client(const Host& h, OwnershipMap map, std::string 
   co.token = std::move(token);
   co.model_identity = h.identity;
   co.deadline = deadline;
+  co.per_expert = std::chrono::milliseconds(0);
   co.suspect_for = std::chrono::milliseconds(0);  // every call tries again: each test counts its failures
   co.record_crc = Crcs(*h.engine);
   auto c = PeerClient::Create(std::move(map), co);
