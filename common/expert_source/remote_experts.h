@@ -38,9 +38,12 @@ class RemoteExpertCall {
 class RemoteExperts {
  public:
   virtual ~RemoteExperts() = default;
-  // Whether (layer, expert) runs on another host now: false when this host
-  // owns or replicates it, or its owner is suspect (recent failures). Any thread.
-  virtual bool IsRemote(int layer, int expert) const = 0;
+  // Whether (layer, expert), used by `rows` rows of this step, runs on
+  // another host now: false when this host owns or replicates it, its owner
+  // is suspect (recent failures), or the rows' activations would outweigh
+  // reading the expert here (a long prefill chunk: the weights move instead,
+  // from this host's own copy). Any thread.
+  virtual bool IsRemote(int layer, int expert, int64_t rows) const = 0;
   // Starts the calls for `jobs` (IsRemote experts of one layer; x is the
   // layer's MoE input [S, H], f32) and returns at once; x and jobs must stay
   // valid until Wait returns.

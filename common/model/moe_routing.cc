@@ -85,7 +85,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   std::vector<size_t> remote_idx;  // into wanted
   for (int e = 0; e < E; ++e) {
     if (!users[e]) continue;
-    if (remote_ != nullptr && remote_->IsRemote(layer_id, e)) {
+    if (remote_ != nullptr && remote_->IsRemote(layer_id, e, users[e])) {
       remote_idx.push_back(wanted.size());
       RemoteExpertJob job;
       job.expert = e;

@@ -158,9 +158,13 @@ absl::StatusOr<std::unique_ptr<PeerClient>> PeerClient::Create(OwnershipMap map,
 
 PeerClient::~PeerClient() = default;
 
-bool PeerClient::IsRemote(int layer, int expert) const {
+bool PeerClient::IsRemote(int layer, int expert, int64_t rows) const {
   const int h = map_.HostFor(opt_.self, layer, expert);
   if (h == opt_.self) return false;
+  if (opt_.record_bytes && opt_.row_wire_bytes > 0) {
+    const int64_t record = opt_.record_bytes(layer, expert);  // 0: unknown, send
+    if (record > 0 && rows * opt_.row_wire_bytes > record) return false;
+  }
   const int64_t until = hosts_[h]->suspect_until_ns.load(std::memory_order_relaxed);
   return until == 0 || Clock::now().time_since_epoch().count() >= until;
 }

@@ -38,6 +38,11 @@ struct PeerClientOptions {
   std::chrono::milliseconds suspect_for{10000};
   // This host's record CRC of (layer, expert); 0: unknown (not a container).
   std::function<uint32_t(int layer, int expert)> record_crc;
+  // The record's bytes, and the bytes one row costs on the wire (its input
+  // and its output, ~4 x hidden at bf16): an expert whose rows cost more than
+  // its record is read here instead. 0: always send.
+  std::function<int64_t(int layer, int expert)> record_bytes;
+  int64_t row_wire_bytes = 0;
 };
 
 struct PeerClientStats {
@@ -53,7 +58,7 @@ class PeerClient final : public RemoteExperts {
   static absl::StatusOr<std::unique_ptr<PeerClient>> Create(OwnershipMap map, PeerClientOptions opt);
   ~PeerClient() override;
 
-  bool IsRemote(int layer, int expert) const override;
+  bool IsRemote(int layer, int expert, int64_t rows) const override;
   std::unique_ptr<RemoteExpertCall> Start(int layer, const float* x, int64_t S, int64_t H,
                                           std::span<const RemoteExpertJob> jobs) override;
   PeerClientStats stats() const;

@@ -92,6 +92,11 @@ absl::StatusOr<std::unique_ptr<PeerNode>> StartPeerNode(const PeerFlags& f, Mode
   co.per_expert = std::chrono::milliseconds(f.deadline_per_expert_ms);
   co.suspect_for = std::chrono::milliseconds(f.suspect_ms);
   co.record_crc = crc;
+  co.record_bytes = [container](int layer, int expert) -> int64_t {
+    const ExpertRecordInfo* r = container == nullptr ? nullptr : container->FindExpert(layer, expert);
+    return r == nullptr ? 0 : static_cast<int64_t>(r->length);
+  };
+  co.row_wire_bytes = 4 * c.hidden_size;  // bf16 in + bf16 out
   const uint64_t epoch = map.epoch;
   const std::vector<int64_t> owned = map.OwnedCounts();
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<PeerClient> client, PeerClient::Create(std::move(map), std::move(co)));

@@ -212,8 +212,25 @@ TEST_F(PeerEngine, DeadPeerFallsBackAndIsSuspectedAfterOneFailure) {
   EXPECT_EQ(st.calls, 1);
   EXPECT_LT(s, 30.0);
   bool any_remote = false;
-  for (int e = 0; e < a_->engine->config().n_routed_experts; ++e) any_remote |= (*client)->IsRemote(1, e);
+  for (int e = 0; e < a_->engine->config().n_routed_experts; ++e) any_remote |= (*client)->IsRemote(1, e, 1);
   EXPECT_FALSE(any_remote);
+}
+
+TEST_F(PeerEngine, RowsThatOutweighTheRecordReadItHere) {
+  PeerClientOptions co;
+  co.token = kToken;
+  co.model_identity = a_->identity;
+  co.record_bytes = [](int, int) { return int64_t{4096}; };
+  co.row_wire_bytes = 1024;
+  auto client = PeerClient::Create(Map(*a_, {"127.0.0.1:1", "127.0.0.1:2"}), co);
+  ASSERT_TRUE(client.ok());
+  const int layer = a_->engine->config().first_k_dense_replace;
+  EXPECT_TRUE((*client)->IsRemote(layer, 1, 4));   // expert 1 is host 1's; 4 KB of rows = the record
+  EXPECT_FALSE((*client)->IsRemote(layer, 1, 5));  // 5 KB of rows: read the 4 KB record here
+  EXPECT_FALSE((*client)->IsRemote(layer, 0, 1));  // this host's own
+  co.record_bytes = [](int, int) { return int64_t{0}; };  // unknown size: always send
+  auto unknown = PeerClient::Create(Map(*a_, {"127.0.0.1:1", "127.0.0.1:2"}), co);
+  EXPECT_TRUE((*unknown)->IsRemote(layer, 1, 1000000));
 }
 
 // A peer that answers late, or with another model's bytes.
