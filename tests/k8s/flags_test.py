@@ -10,7 +10,8 @@ a bool.
     tests/k8s/flags_test.py [BUILD_DIR]
 
 With BUILD_DIR holding the built services (services/<svc>/<svc>), each container's args (the
-config file written to a temporary file, $(VAR)s of the pod's environment filled in) are also
+config file written to a temporary file, $(VAR)s of the pod's environment filled in: the pod IP,
+LWS's labels and env of group 0) are also
 given to the real binary with --help: FlagSet parses the config section and every flag, and
 exits 2 naming an unknown flag or a bad value before it prints the usage."""
 import os
@@ -28,7 +29,7 @@ from policy_test import Overlay, binary_of  # noqa: E402
 SOURCES = {
     "expertd": ["services/expertd/main.cc", "common/base/service_main.cc"],
     "inferd": ["services/inferd/service.cc", "services/inferd/main.cc", "common/model/engine_flags.cc",
-               "common/base/service_main.cc"],
+               "services/peer/peer_flags.cc", "common/base/service_main.cc"],
     "gateway": ["services/gateway/main.cc", "common/base/service_main.cc"],
 }
 ADD = re.compile(r"\.\s*Add(String|Int|Double|Bool|Bytes|StringList)\s*\(\s*\"([a-z0-9][a-z0-9-]*)\"")
@@ -56,6 +57,7 @@ def registered_flags():
               ("services/inferd/service.cc", 'ParseServiceFlags("inferd"'),
               ("services/inferd/service.cc", "factory.AddFlags(flags)"),
               ("services/inferd/main.cc", "engine_.Register(f"),
+              ("services/inferd/main.cc", "peers_.Register(f)"),
               ("common/base/service_main.cc", "ArgsWithConfig(argc, argv, service)"),
               ("common/base/config_file.cc", '"--config="')]
     for rel, needle in checks:
@@ -119,7 +121,7 @@ def run_binaries(build, goldens, problems):
                     if not svc:
                         continue
                     exe = os.path.join(build, "services", svc, svc)
-                    env = k.container_env(c, t, {"MOESTREAM_GROUP": "0", "POD_IP": "127.0.0.1"})
+                    env = k.pod_env(d, role, c, t, {"POD_IP": "127.0.0.1"})
                     args = []
                     for a in c.get("args", []):
                         a = k.expand(a, env)

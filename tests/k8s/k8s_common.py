@@ -104,6 +104,42 @@ def pod_templates(doc):
         yield name_of(doc) + " workerTemplate", "worker", lwt["workerTemplate"]
 
 
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def lws_runtime(doc, role, group=0):
+    """(labels, env) the LWS controller and its pod webhook add to a pod of a LeaderWorkerSet
+    (kubernetes-sigs/lws: the name / group-index / worker-index labels; LWS_LEADER_ADDRESS,
+    LWS_GROUP_SIZE, LWS_WORKER_INDEX in every container and init container), for group `group`:
+    the leader is worker 0, the worker template stands for worker 1 (the first of 1..size-1).
+    ({}, {}) for other workloads."""
+    if doc.get("kind") != "LeaderWorkerSet":
+        return {}, {}
+    name = doc["metadata"]["name"]
+    ns = doc["metadata"].get("namespace", "default")
+    size = doc["spec"]["leaderWorkerTemplate"].get("size", 1)
+    index = "0" if role == "leader" else "1"
+    labels = {LWS_NAME_LABEL: name, LWS_GROUP_LABEL: str(group), LWS_WORKER_LABEL: index}
+    env = {"LWS_LEADER_ADDRESS": f"{name}-{group}.{name}.{ns}", "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": index}
+    return labels, env
+
+
+def pod_labels(doc, role, template):
+    """The labels a pod of this template carries once created (the template's + LWS's)."""
+    labels = dict(template.get("metadata", {}).get("labels", {}))
+    labels.update(lws_runtime(doc, role)[0])
+    return labels
+
+
+def pod_env(doc, role, container, template, extra=None):
+    """container_env with what the pod knows at run time: LWS's labels and env, then extra."""
+    env = dict(lws_runtime(doc, role)[1])
+    env.update(extra or {})
+    return container_env(container, template, env, labels=pod_labels(doc, role, template))
+
+
 def containers(pod_spec, init=True):
     out = list(pod_spec.get("containers", []))
     if init:
@@ -117,11 +153,11 @@ def expand(text, env):
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
-def container_env(container, template, extra=None):
+def container_env(container, template, extra=None, labels=None):
     """The values of the container's env that a test can know: literal values and labels of the
-    pod template (fieldRef metadata.labels['k']); extra gives values for the rest (e.g. LWS's
-    group-index label, the pod IP)."""
-    labels = template.get("metadata", {}).get("labels", {})
+    pod (fieldRef metadata.labels['k']: labels, default the template's); extra gives values for
+    the rest (e.g. the pod IP)."""
+    labels = template.get("metadata", {}).get("labels", {}) if labels is None else labels
     env = dict(extra or {})
     for e in container.get("env", []):
         if "value" in e:

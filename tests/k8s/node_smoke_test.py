@@ -2,18 +2,26 @@
 """The rendered pods run: for the single-node and multi-node goldens, every moestream container
 (expertd, the inferd workers, the gateway) is started as a process on this host with the args,
 moestream.conf and plan.json the golden renders - the pods' paths (/models/model, /etc/moestream,
-/run/moestream, /run/moestream-pod) moved under a temporary directory, the pod IP and the LWS
-worker host name replaced by 127.0.0.1 and free ports - with the model directory (the committed
-demo container models/glm-tiny-chat-q4) mounted read-only when run as root (a private mount
-namespace: unshare -m). Then the gateway's /health must list every worker alive and one chat
-completion must answer. Proves what the other k8s tests cannot: expertd and inferd accept the
-plan (expertd --plan, inferd --plan: the model check, budgets), the sockets meet, the config
-works from a read-only model directory.
+/run/moestream, /run/moestream-pod, /run/moestream-peer, /etc/moestream-peer-token) moved under a
+temporary directory, the pod IP and the LWS pod host names (<lws>-0, <lws>-0-1) replaced by
+127.0.0.1 and a free port per (pod, port) - with the model directory (the committed demo
+container models/glm-tiny-chat-q4) mounted read-only when run as root (a private mount
+namespace: unshare -m). The init containers run first, as written (not root: chown is a no-op),
+each Secret volume a directory with a fresh random `token` (mode 0400): in the multi-node pods
+peer-files renders the group's ownership map from the ConfigMap template (its hosts must be
+group 0's pods; the test then points them at the local peer ports) and copies the token (0400).
+Then the gateway's /health must list every worker alive and one chat completion must answer;
+with expert parallelism (inferd --peer-listen) the gateway's /metrics must count RunExperts
+jobs sent and served and no fallback, failed or refused call. Proves what the other k8s tests
+cannot: expertd and inferd accept the plan (expertd --plan, inferd --plan: the model check,
+budgets), the sockets meet, the config works from a read-only model directory, the map template
+matches the model (weights identity) and the group's inferds compute each other's experts.
 
     tests/k8s/node_smoke_test.py BUILD_DIR      (exit 77 when BUILD_DIR has no built services)"""
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -24,7 +32,9 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "k8s"))
 import k8s_common as k  # noqa: E402
+import ownership_template  # noqa: E402
 from policy_test import Overlay  # noqa: E402
 
 OVERLAYS = ("single-node", "multi-node")
@@ -38,31 +48,124 @@ def free_port():
         return s.getsockname()[1]
 
 
+def pod_host(role, d, where):
+    """The pod's name as its peers and gateway address it: LWS's <lws>-0 (leader) and <lws>-0-1
+    (the worker of group 0), the workload for others."""
+    if d["kind"] == "LeaderWorkerSet":
+        name = d["metadata"]["name"]
+        return f"{name}-0" if role == "leader" else f"{name}-0-1"
+    return where
+
+
+# The pods' paths -> directories of the temporary directory.
+PATHS = {"/models/model": "model", "/etc/moestream": "etc", "/etc/moestream-peer-token": "peer-token",
+         "/run/moestream-pod": "pod", "/run/moestream-peer": "peer", "/run/moestream": "run"}
+
+
 def processes(o, tmp):
-    """[(name, argv)] in start order: expertd once, the inferds, the gateways."""
-    paths = {"/models/model": f"{tmp}/model", "/etc/moestream": f"{tmp}/etc", "/run/moestream-pod": f"{tmp}/pod",
-             "/run/moestream": f"{tmp}/run"}
+    """([(name, binary, argv)] in start order: expertd once, the inferds, the gateways;
+    [(name, argv, env)] of the init containers, one per distinct command; the path map; the
+    port map {(pod host, pod port): local port})."""
+    paths = {p: f"{tmp}/{d}" for p, d in PATHS.items()}
     ports = {}
 
-    def remap(a):
+    def remap_paths(a):
         for old in sorted(paths, key=len, reverse=True):
-            a = re.sub(re.escape(old) + r"(?=/|$)", paths[old], a)
-        m = re.fullmatch(r"(--listen=|--worker=)(\$\(POD_IP\)|[a-z0-9.-]+\.moestream):(\d+)", a)
+            a = re.sub(re.escape(old) + r"(?![A-Za-z0-9_.-])", paths[old], a)
+        return a
+
+    def remap(a, host):
+        a = remap_paths(a)
+        m = re.fullmatch(r"(--listen=|--worker=|--peer-listen=)(\$\(POD_IP\)|[a-z0-9-]+(?:\.[a-z0-9-]+)+):(\d+)", a)
         if m:
-            port = ports.setdefault(m.group(3), free_port())
+            h = host if m.group(2) == "$(POD_IP)" else m.group(2).split(".")[0]
+            port = ports.setdefault((h, int(m.group(3))), free_port())
             a = f"{m.group(1)}127.0.0.1:{port}"
         return a
 
-    out, seen_expertd = [], False
-    for where, t, c, b, args in o.servers():
+    out, inits, seen_expertd = [], [], False
+    for where, role, t, d, c, b, args in o.servers_full():
         if b == "expertd":
             if seen_expertd:
                 continue
             seen_expertd = True
-        out.append((f"{b}:{where}:{c['name']}", b, [remap(a) for a in args]))
+        out.append((f"{b}:{where}:{c['name']}", b, [remap(a, pod_host(role, d, where)) for a in args]))
+    for where, role, t, d in o.pods:
+        for ic in t["spec"].get("initContainers", []):
+            env = k.pod_env(d, role, ic, t)
+            argv = [remap_paths(k.expand(a, env)) for a in (ic.get("command") or []) + (ic.get("args") or [])]
+            if all(argv != a for _, a, _ in inits):
+                inits.append((f"init:{where}:{ic['name']}", argv, {n: remap_paths(v) for n, v in env.items()}))
     order = {"expertd": 0, "inferd": 1, "gateway": 2}
     out.sort(key=lambda p: order[p[1]])
-    return out, paths
+    return out, inits, paths, ports
+
+
+def run_inits(o, tmp, inits, paths):
+    """The init containers as processes (root: as written; not root: chown a no-op), with each
+    Secret volume a directory whose `token` is a fresh random token, mode 0400 (a Secret the
+    operator created: docs/KUBERNETES.md)."""
+    for where, role, t, d in o.pods:
+        for v in t["spec"].get("volumes", []):
+            for c in k.containers(t["spec"]):
+                for m in c.get("volumeMounts", []):
+                    if m["name"] == v["name"] and "secret" in v and m["mountPath"] in paths:
+                        sdir = paths[m["mountPath"]]
+                        if not os.path.exists(f"{sdir}/token"):
+                            os.makedirs(sdir, exist_ok=True)
+                            with open(f"{sdir}/token", "w") as f:
+                                f.write(secrets.token_hex(24) + "\n")
+                            os.chmod(f"{sdir}/token", 0o400)
+    env = dict(os.environ)
+    if os.geteuid() != 0:
+        shim = f"{tmp}/shim"
+        os.makedirs(shim, exist_ok=True)
+        with open(f"{shim}/chown", "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(f"{shim}/chown", 0o755)
+        env["PATH"] = shim + os.pathsep + env.get("PATH", "")
+    for name, argv, ienv in inits:
+        r = subprocess.run(argv, env=dict(env, **ienv), capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError(f"{name}: {' '.join(argv)[:200]} exited {r.returncode}: {(r.stderr or r.stdout).strip()}")
+    return [n for n, _, _ in inits]
+
+
+def local_map(o, plist, ports):
+    """The ownership map the init containers rendered: its hosts must be the group's pods
+    (<lws>-0.<lws>:7100, <lws>-0-1.<lws>:7100); rewritten to the local ports those pods'
+    inferds got. None when no inferd has --ownership-map."""
+    maps = {a.split("=", 1)[1] for _, b, args in plist if b == "inferd" for a in args if a.startswith("--ownership-map=")}
+    if not maps:
+        return None
+    lws = next(d for d in o.docs if d["kind"] == "LeaderWorkerSet")
+    want = ownership_template.expected_hosts(lws["metadata"]["name"], lws["spec"]["leaderWorkerTemplate"]["size"],
+                                             7100, group="0")
+    for path in maps:
+        with open(path) as f:
+            m = json.load(f)
+        if m["hosts"] != want:
+            raise RuntimeError(f"{path}: the init container rendered hosts {m['hosts']}, group 0's pods are {want}")
+        local = []
+        for h in m["hosts"]:
+            name, port = h.split(".")[0], int(h.rsplit(":", 1)[1])
+            if (name, port) not in ports:
+                raise RuntimeError(f"{path}: host {h} is no pod's --peer-listen")
+            local.append(f"127.0.0.1:{ports[(name, port)]}")
+        m["hosts"] = local
+        mode = os.stat(path).st_mode & 0o777
+        os.chmod(path, 0o600)
+        with open(path, "w") as f:
+            json.dump(m, f)
+        os.chmod(path, mode)
+    return want
+
+
+def metrics_sum(base, name):
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 def wait(cond, what, procs, timeout=DEADLINE_S):
@@ -90,7 +193,7 @@ def http(url, body=None, timeout=60):
 def run_overlay(name, build, read_only):
     o = Overlay(name, k.load_docs(k.golden_path(name)))
     with tempfile.TemporaryDirectory(prefix=f"k8s-{name}-") as tmp:
-        for d in ("etc", "run", "pod", "model"):
+        for d in ("etc", "run", "pod", "peer", "model"):
             os.makedirs(f"{tmp}/{d}")
         shutil.copytree(MODEL, f"{tmp}/model-src", ignore=shutil.ignore_patterns(".moestream-verified"))
         if read_only:
@@ -99,7 +202,7 @@ def run_overlay(name, build, read_only):
         else:
             os.rmdir(f"{tmp}/model")
             os.symlink(f"{tmp}/model-src", f"{tmp}/model")
-        plist, paths = processes(o, tmp)
+        plist, inits, paths, ports = processes(o, tmp)
         with open(f"{tmp}/etc/moestream.conf", "w") as f:
             conf = o.conf
             for old in sorted(paths, key=len, reverse=True):
@@ -109,6 +212,8 @@ def run_overlay(name, build, read_only):
             if key != "moestream.conf":
                 with open(f"{tmp}/etc/{key}", "w") as f:
                     f.write(val)
+        ran_inits = run_inits(o, tmp, inits, paths)
+        peer_hosts = local_map(o, plist, ports)
         listen = free_port()
         procs = []
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
@@ -147,8 +252,21 @@ def run_overlay(name, build, read_only):
             text = (j.get("choices") or [{}])[0].get("message", {}).get("content") if st == 200 else None
             if not text:
                 raise RuntimeError(f"chat completion: HTTP {st}: {j}")
+            peers = ""
+            if peer_hosts:
+                # The gateway polls the workers' Stats: wait for the RunExperts of that answer.
+                def sent():
+                    return metrics_sum(base, "moe_worker_peer_remote_jobs_total") > 0 and \
+                        metrics_sum(base, "moe_worker_peer_served_jobs_total") > 0
+                wait(sent, "moe_worker_peer_remote_jobs_total and _served_jobs_total > 0 on /metrics", procs, timeout=30)
+                counts = {n: int(metrics_sum(base, f"moe_worker_peer_{n}_total"))
+                          for n in ("remote_jobs", "served_jobs", "fallback_jobs", "failed_calls", "refused_calls")}
+                if counts["fallback_jobs"] or counts["failed_calls"] or counts["refused_calls"]:
+                    raise RuntimeError(f"expert parallelism: peer calls failed or were refused: {counts}")
+                peers = f"; expert parallel over {peer_hosts} (as 127.0.0.1 ports): {counts}"
             return f"{len(plist)} processes ({', '.join(b for _, b, _ in plist)}), {n_workers} workers alive, " \
-                   f"model dir {'read-only' if read_only else 'writable (not root)'}; answer {text!r}"
+                   f"init containers {ran_inits}, model dir {'read-only' if read_only else 'writable (not root)'}; " \
+                   f"answer {text!r}{peers}"
         finally:
             for _, p, _ in reversed(procs):
                 if p.poll() is None:

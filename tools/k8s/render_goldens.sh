@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates what deploy/k8s and tests/k8s derive from their sources:
-#   1. with --moe PATH: the serving plans (moe plan ... --out) of deploy/k8s, with the flags below;
+#   1. with --moe PATH: the serving plans (moe plan ... --out) of deploy/k8s, with the flags below,
+#      and the multi-node overlay's ownership-map template (tools/k8s/ownership_template.py: moe
+#      ownership for the plan's model and 2 hosts, epoch 1);
 #   2. each plan's memory figures (tools/k8s/plan_limits.py -> memory-plan.yaml beside it);
 #   3. tests/k8s/golden/<overlay>.yaml: kubectl kustomize deploy/k8s/overlays/<overlay>.
+# A real model's map template (its own epoch, heat, group size): run ownership_template.py
+# yourself, then this script without --moe.
 # The renderer must be kustomize v5.5.0 (tools/k8s/install_kubectl.sh installs kubectl v1.32.3);
 # KUBECTL=PATH picks another kubectl of that version.
 #   tools/k8s/render_goldens.sh [--moe build/tools/moe/moe]
@@ -31,6 +35,9 @@ for plan in $(printf '%s\n' "${!PLANS[@]}" | sort); do
   $PY tools/k8s/plan_limits.py --plan "$plan" --conf deploy/k8s/base/moestream.conf --out "$(dirname "$plan")/memory-plan.yaml"
   echo "[k8s] $(dirname "$plan")/memory-plan.yaml"
 done
+if [ -n "$MOE" ]; then
+  $PY tools/k8s/ownership_template.py --moe "$MOE"
+fi
 KUBECTL=${KUBECTL:-.cache/kubectl/v1.32.3/kubectl}
 [ -x "$KUBECTL" ] || KUBECTL=$(command -v kubectl || true)
 [ -n "$KUBECTL" ] || { echo "render_goldens.sh: no kubectl (run tools/k8s/install_kubectl.sh)" >&2; exit 1; }
