@@ -20,6 +20,9 @@
 #include <span>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "common/expert_source/expert_source.h"
+
 namespace moe {
 
 struct RemoteExpertJob {
@@ -38,12 +41,21 @@ class RemoteExpertCall {
 class RemoteExperts {
  public:
   virtual ~RemoteExperts() = default;
-  // Whether (layer, expert), used by `rows` rows of this step, runs on
-  // another host now: false when this host owns or replicates it, its owner
-  // is suspect (recent failures), or the rows' activations would outweigh
-  // reading the expert here (a long prefill chunk: the weights move instead,
-  // from this host's own copy). Any thread.
-  virtual bool IsRemote(int layer, int expert, int64_t rows) const = 0;
+  // Where (layer, expert), used by `rows` rows of this step, is computed:
+  //  kLocal - here from this host's source: it owns or replicates it, its
+  //    owner is suspect (recent failures), or the rows' activations would
+  //    outweigh the expert's bytes (a long prefill chunk: the weights move
+  //    instead, from this host's own copy);
+  //  kRemote - on its owner (Start);
+  //  kFetch - here, with the weights fetched from its owner (FetchWeights):
+  //    the rows outweigh the record and the group is set to move weights
+  //    over the network rather than read them from this host's disk.
+  // Any thread.
+  enum class Placement { kLocal, kRemote, kFetch };
+  virtual Placement Place(int layer, int expert, int64_t rows) const = 0;
+  // The owner's stored weights of (layer, expert) (kFetch), or an error:
+  // the caller then reads them from its own source (the fallback).
+  virtual absl::StatusOr<ExpertLease> FetchWeights(int layer, int expert) = 0;
   // Starts the calls for `jobs` (IsRemote experts of one layer; x is the
   // layer's MoE input [S, H], f32) and returns at once; x and jobs must stay
   // valid until Wait returns.

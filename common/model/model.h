@@ -183,6 +183,8 @@ class Model {
   // this host's source as the fallback; nullptr: all here. Not owned; set
   // before Forward, not during one.
   void set_remote_experts(RemoteExperts* remote) { remote_ = remote; }
+  // The source this host's routed experts come from (the owner's side streams them: FetchExpert).
+  ExpertSource& expert_source() const { return *experts_; }
   // The owner's side (services/peer): R(expert(x)) of each job's rows of
   // x [n_rows, H], from this model's expert source, computed exactly as Moe
   // computes them; outputs[j] is [jobs[j].rows.size(), H]. InvalidArgument

@@ -82,10 +82,16 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // Experts another host owns (expert parallelism): their rows go there; the
   // outputs come back uncombined and are combined below in slot order.
   std::vector<RemoteExpertJob> remote_jobs;
-  std::vector<size_t> remote_idx;  // into wanted
+  std::vector<size_t> remote_idx, fetch_idx;  // into wanted: computed on the owner / with its weights here
   for (int e = 0; e < E; ++e) {
     if (!users[e]) continue;
-    if (remote_ != nullptr && remote_->IsRemote(layer_id, e, users[e])) {
+    const auto where = remote_ != nullptr ? remote_->Place(layer_id, e, users[e]) : RemoteExperts::Placement::kLocal;
+    if (where == RemoteExperts::Placement::kFetch) {
+      fetch_idx.push_back(wanted.size());
+      wanted.push_back({layer_id, e});
+      continue;
+    }
+    if (where == RemoteExperts::Placement::kRemote) {
       remote_idx.push_back(wanted.size());
       RemoteExpertJob job;
       job.expert = e;
@@ -172,11 +178,20 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   };
   absl::Status local = fetch_and_compute(decode_idx, FetchUse::kDecode);
   if (local.ok()) local = fetch_and_compute(prefill_idx, FetchUse::kPrefill);
+  std::vector<size_t> fallback;  // owners that failed: computed from this host's source
+  for (size_t i : fetch_idx) {
+    if (!local.ok()) break;
+    absl::StatusOr<ExpertLease> lease = remote_->FetchWeights(layer_id, wanted[i].expert);
+    if (lease.ok()) {
+      local = compute(i, std::move(*lease));
+    } else {
+      fallback.push_back(i);
+    }
+  }
   if (remote_call) {
     // Always waited for (x and the jobs must outlive the calls), even after a local error.
     std::vector<std::vector<float>> got = remote_call->Wait();
     MOE_RETURN_IF_ERROR(local);
-    std::vector<size_t> fallback;  // owners that failed: computed from this host's source
     for (size_t j = 0; j < remote_jobs.size(); ++j) {
       const int64_t n = static_cast<int64_t>(remote_jobs[j].rows.size());
       if (j < got.size() && static_cast<int64_t>(got[j].size()) == n * H) {
@@ -185,8 +200,8 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
         fallback.push_back(remote_idx[j]);
       }
     }
-    local = fetch_and_compute(fallback, FetchUse::kDecode);
   }
+  if (local.ok()) local = fetch_and_compute(fallback, FetchUse::kDecode);
   MOE_RETURN_IF_ERROR(local);
   if (profile_)
     profile_->expert_fetch += std::chrono::duration<double>(Clock::now() - fetch_t0).count() - in_ready_s;

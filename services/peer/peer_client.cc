@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "proto/peer.grpc.pb.h"
+#include "services/peer/expert_stream.h"
 #include "services/peer/wire.h"
 
 namespace moe::peer {
@@ -158,15 +159,80 @@ absl::StatusOr<std::unique_ptr<PeerClient>> PeerClient::Create(OwnershipMap map,
 
 PeerClient::~PeerClient() = default;
 
-bool PeerClient::IsRemote(int layer, int expert, int64_t rows) const {
+RemoteExperts::Placement PeerClient::Place(int layer, int expert, int64_t rows) const {
   const int h = map_.HostFor(opt_.self, layer, expert);
-  if (h == opt_.self) return false;
+  if (h == opt_.self) return Placement::kLocal;
+  const int64_t until = hosts_[h]->suspect_until_ns.load(std::memory_order_relaxed);
+  if (until != 0 && Clock::now().time_since_epoch().count() < until) return Placement::kLocal;
   if (opt_.record_bytes && opt_.row_wire_bytes > 0) {
     const int64_t record = opt_.record_bytes(layer, expert);  // 0: unknown, send
-    if (record > 0 && rows * opt_.row_wire_bytes > record) return false;
+    if (record > 0 && rows * opt_.row_wire_bytes > record) {
+      return opt_.fetch_weights ? Placement::kFetch : Placement::kLocal;
+    }
   }
-  const int64_t until = hosts_[h]->suspect_until_ns.load(std::memory_order_relaxed);
-  return until == 0 || Clock::now().time_since_epoch().count() >= until;
+  return Placement::kRemote;
+}
+
+absl::StatusOr<ExpertLease> PeerClient::FetchWeights(int layer, int expert) {
+  const int h = map_.HostFor(opt_.self, layer, expert);
+  if (h == opt_.self) return absl::InvalidArgumentError("FetchWeights of an expert this host owns");
+  absl::StatusOr<ExpertLease> got = [&]() -> absl::StatusOr<ExpertLease> {
+    FetchExpertRequest q;
+    q.set_model_identity(opt_.model_identity);
+    q.set_epoch(map_.epoch);
+    q.set_layer(layer);
+    q.set_expert(expert);
+    grpc::ClientContext ctx;
+    const int64_t record = opt_.record_bytes ? opt_.record_bytes(layer, expert) : 0;
+    const auto budget = opt_.deadline + std::chrono::milliseconds(static_cast<int64_t>(
+                                            1e3 * static_cast<double>(record) / opt_.fetch_min_bytes_per_second));
+    ctx.set_deadline(std::chrono::system_clock::now() + budget);
+    ctx.AddMetadata("authorization", "Bearer " + opt_.token);
+    auto reader = hosts_[h]->stub->FetchExpert(&ctx, q);
+    const std::string where = absl::StrCat("peer ", h, " (", hosts_[h]->address, "): FetchExpert (layer ", layer,
+                                           ", id ", expert, "): ");
+    ExpertAssembler assembler;
+    ExpertChunk chunk;
+    bool first = true;
+    while (reader->Read(&chunk)) {
+      if (absl::Status st = assembler.Add(chunk); !st.ok()) {
+        ctx.TryCancel();
+        reader->Finish();
+        return absl::DataLossError(absl::StrCat(where, st.message()));
+      }
+      if (first) {
+        first = false;
+        const uint32_t mine = opt_.record_crc ? opt_.record_crc(layer, expert) : 0;
+        if (mine != 0 && assembler.record_crc() != 0 && mine != assembler.record_crc()) {
+          ctx.TryCancel();
+          reader->Finish();
+          return absl::DataLossError(
+              absl::StrCat(where, "record CRC ", assembler.record_crc(), " is not this host's ", mine));
+        }
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          where, s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? "deadline exceeded" : s.error_message()));
+    }
+    absl::StatusOr<ExpertLease> lease = assembler.Finish();
+    if (!lease.ok()) return absl::DataLossError(absl::StrCat(where, lease.status().message()));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_.fetched_experts;
+      stats_.fetched_bytes += assembler.total_bytes();
+    }
+    return lease;
+  }();
+  if (!got.ok()) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_.fetch_failures;
+    }
+    MarkFailed(h, std::string(got.status().message()));
+  }
+  return got;
 }
 
 std::unique_ptr<RemoteExpertCall> PeerClient::Start(int layer, const float* x, int64_t S, int64_t H,

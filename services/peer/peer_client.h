@@ -43,6 +43,11 @@ struct PeerClientOptions {
   // its record is read here instead. 0: always send.
   std::function<int64_t(int layer, int expert)> record_bytes;
   int64_t row_wire_bytes = 0;
+  // Such an expert's weights come from its owner (FetchExpert) instead of
+  // this host's source: for networks faster than the local disk.
+  bool fetch_weights = false;
+  // FetchExpert's deadline: deadline + the record's bytes at this rate.
+  double fetch_min_bytes_per_second = 100e6;
 };
 
 struct PeerClientStats {
@@ -50,6 +55,7 @@ struct PeerClientStats {
   int64_t remote_jobs = 0, fallback_jobs = 0;  // (layer, expert) jobs sent / computed here after a failure
   int64_t bytes_sent = 0, bytes_received = 0;  // message payloads (x and y rows)
   int64_t suspect_marks = 0;
+  int64_t fetched_experts = 0, fetch_failures = 0, fetched_bytes = 0;  // FetchExpert
 };
 
 class PeerClient final : public RemoteExperts {
@@ -58,7 +64,8 @@ class PeerClient final : public RemoteExperts {
   static absl::StatusOr<std::unique_ptr<PeerClient>> Create(OwnershipMap map, PeerClientOptions opt);
   ~PeerClient() override;
 
-  bool IsRemote(int layer, int expert, int64_t rows) const override;
+  Placement Place(int layer, int expert, int64_t rows) const override;
+  absl::StatusOr<ExpertLease> FetchWeights(int layer, int expert) override;
   std::unique_ptr<RemoteExpertCall> Start(int layer, const float* x, int64_t S, int64_t H,
                                           std::span<const RemoteExpertJob> jobs) override;
   PeerClientStats stats() const;

@@ -30,6 +30,10 @@ void PeerFlags::Register(FlagSet& f) {
   f.AddInt("peer-suspect-ms", &suspect_ms,
            "expert parallelism: after a failed call, how long a host's experts are computed here before it is "
            "tried again");
+  f.AddBool("peer-fetch-weights", &fetch_weights,
+            "expert parallelism: an expert another host owns whose rows outweigh its record (long prefill chunks) "
+            "is fetched from that host's memory (FetchExpert) instead of read from this host's disk; for networks "
+            "faster than the local disk");
   f.AddInt("peer-max-rows", &max_rows, "expert parallelism: (row, expert) pairs this host computes for peers at once");
 }
 
@@ -97,6 +101,7 @@ absl::StatusOr<std::unique_ptr<PeerNode>> StartPeerNode(const PeerFlags& f, Mode
     return r == nullptr ? 0 : static_cast<int64_t>(r->length);
   };
   co.row_wire_bytes = 4 * c.hidden_size;  // bf16 in + bf16 out
+  co.fetch_weights = f.fetch_weights;
   const uint64_t epoch = map.epoch;
   const std::vector<int64_t> owned = map.OwnedCounts();
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<PeerClient> client, PeerClient::Create(std::move(map), std::move(co)));

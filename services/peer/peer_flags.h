@@ -27,6 +27,7 @@ struct PeerFlags {
   int64_t deadline_per_expert_ms = 50;
   int64_t suspect_ms = 10000;
   int64_t max_rows = 8192;
+  bool fetch_weights = false;
 
   void Register(FlagSet& f);
   bool enabled() const { return !listen.empty() || !map_file.empty(); }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
+#include "services/peer/expert_stream.h"
 #include "services/peer/wire.h"
 
 namespace moe::peer {
@@ -24,7 +25,7 @@ grpc::Status PeerService::Refuse(grpc::StatusCode code, const std::string& why) 
   return grpc::Status(code, why);
 }
 
-grpc::Status PeerService::RunExperts(grpc::ServerContext* ctx, const RunExpertsRequest* req, RunExpertsReply* reply) {
+grpc::Status PeerService::Admit(grpc::ServerContext* ctx, const std::string& identity, uint64_t epoch) {
   ++calls_;
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
@@ -32,15 +33,41 @@ grpc::Status PeerService::RunExperts(grpc::ServerContext* ctx, const RunExpertsR
   if (it == md.end() || !SameToken(std::string_view(it->second.data(), it->second.size()), want)) {
     return Refuse(grpc::StatusCode::UNAUTHENTICATED, "peer: missing or wrong bearer token");
   }
-  if (req->model_identity() != opt_.model_identity) {
+  if (identity != opt_.model_identity) {
     return Refuse(grpc::StatusCode::FAILED_PRECONDITION,
                   absl::StrCat("peer: this host serves model '", opt_.model_identity, "', the request is for '",
-                               req->model_identity(), "'"));
+                               identity, "'"));
   }
-  if (req->epoch() != opt_.epoch) {
+  if (epoch != opt_.epoch) {
     return Refuse(grpc::StatusCode::FAILED_PRECONDITION,
-                  absl::StrCat("peer: this host's ownership map is epoch ", opt_.epoch, ", the request's ", req->epoch()));
+                  absl::StrCat("peer: this host's ownership map is epoch ", opt_.epoch, ", the request's ", epoch));
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::FetchExpert(grpc::ServerContext* ctx, const FetchExpertRequest* req,
+                                      grpc::ServerWriter<ExpertChunk>* writer) {
+  if (grpc::Status s = Admit(ctx, req->model_identity(), req->epoch()); !s.ok()) return s;
+  const ModelConfig& c = model_->config();
+  const bool mtp = req->layer() == c.num_hidden_layers && c.num_nextn_predict_layers > 0;
+  if (req->layer() < c.first_k_dense_replace || (req->layer() >= c.num_hidden_layers && !mtp) || req->expert() < 0 ||
+      req->expert() >= c.n_routed_experts) {
+    return Refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("peer: no routed expert (layer ", req->layer(), ", id ", req->expert(), ")"));
+  }
+  absl::StatusOr<ExpertLease> lease = model_->expert_source().Get(req->layer(), req->expert());
+  if (!lease.ok()) return Refuse(grpc::StatusCode::UNAVAILABLE, absl::StrCat("peer: ", lease.status().message()));
+  const uint32_t crc = opt_.record_crc ? opt_.record_crc(req->layer(), req->expert()) : 0;
+  if (!StreamExpert(lease->weights(), crc,
+                    [&](const ExpertChunk& chunk) { return !ctx->IsCancelled() && writer->Write(chunk); })) {
+    return Refuse(grpc::StatusCode::CANCELLED, "peer: the caller went away");
+  }
+  ++fetches_;
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::RunExperts(grpc::ServerContext* ctx, const RunExpertsRequest* req, RunExpertsReply* reply) {
+  if (grpc::Status s = Admit(ctx, req->model_identity(), req->epoch()); !s.ok()) return s;
   const int64_t H = model_->config().hidden_size;
   if (req->hidden() != H) {
     return Refuse(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("peer: hidden ", req->hidden(), ", the model's is ", H));
@@ -97,7 +124,7 @@ grpc::Status PeerService::RunExperts(grpc::ServerContext* ctx, const RunExpertsR
 }
 
 PeerServerStats PeerService::stats() const {
-  return {calls_.load(), refused_.load(), jobs_.load(), rows_.load()};
+  return {calls_.load(), refused_.load(), jobs_.load(), rows_.load(), fetches_.load()};
 }
 
 absl::StatusOr<std::unique_ptr<PeerNode>> PeerNode::Start(const Model* model, std::unique_ptr<PeerClient> client,

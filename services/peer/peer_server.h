@@ -34,20 +34,25 @@ struct PeerServerOptions {
 
 struct PeerServerStats {
   int64_t calls = 0, refused = 0, jobs = 0, rows = 0;
+  int64_t fetches = 0;  // experts streamed (FetchExpert)
 };
 
 class PeerService final : public ExpertPeer::Service {
  public:
   PeerService(const Model* model, PeerServerOptions opt) : model_(model), opt_(std::move(opt)) {}
   grpc::Status RunExperts(grpc::ServerContext* ctx, const RunExpertsRequest* req, RunExpertsReply* reply) override;
+  grpc::Status FetchExpert(grpc::ServerContext* ctx, const FetchExpertRequest* req,
+                           grpc::ServerWriter<ExpertChunk>* writer) override;
   PeerServerStats stats() const;
 
  private:
   grpc::Status Refuse(grpc::StatusCode code, const std::string& why);
+  // The token, model identity and epoch checks every call passes first.
+  grpc::Status Admit(grpc::ServerContext* ctx, const std::string& identity, uint64_t epoch);
   const Model* model_;
   PeerServerOptions opt_;
   std::atomic<int64_t> in_flight_{0};
-  std::atomic<int64_t> calls_{0}, refused_{0}, jobs_{0}, rows_{0};
+  std::atomic<int64_t> calls_{0}, refused_{0}, jobs_{0}, rows_{0}, fetches_{0};
 };
 
 // A host's part of the group: the client the engine uses (if the host sends

@@ -212,7 +212,7 @@ TEST_F(PeerEngine, DeadPeerFallsBackAndIsSuspectedAfterOneFailure) {
   EXPECT_EQ(st.calls, 1);
   EXPECT_LT(s, 30.0);
   bool any_remote = false;
-  for (int e = 0; e < a_->engine->config().n_routed_experts; ++e) any_remote |= (*client)->IsRemote(1, e, 1);
+  for (int e = 0; e < a_->engine->config().n_routed_experts; ++e) any_remote |= (*client)->Place(1, e, 1) != RemoteExperts::Placement::kLocal;
   EXPECT_FALSE(any_remote);
 }
 
@@ -225,12 +225,51 @@ TEST_F(PeerEngine, RowsThatOutweighTheRecordReadItHere) {
   auto client = PeerClient::Create(Map(*a_, {"127.0.0.1:1", "127.0.0.1:2"}), co);
   ASSERT_TRUE(client.ok());
   const int layer = a_->engine->config().first_k_dense_replace;
-  EXPECT_TRUE((*client)->IsRemote(layer, 1, 4));   // expert 1 is host 1's; 4 KB of rows = the record
-  EXPECT_FALSE((*client)->IsRemote(layer, 1, 5));  // 5 KB of rows: read the 4 KB record here
-  EXPECT_FALSE((*client)->IsRemote(layer, 0, 1));  // this host's own
+  using P = RemoteExperts::Placement;
+  EXPECT_EQ((*client)->Place(layer, 1, 4), P::kRemote);  // expert 1 is host 1's; 4 KB of rows = the record
+  EXPECT_EQ((*client)->Place(layer, 1, 5), P::kLocal);   // 5 KB of rows: read the 4 KB record here
+  EXPECT_EQ((*client)->Place(layer, 0, 1), P::kLocal);   // this host's own
   co.record_bytes = [](int, int) { return int64_t{0}; };  // unknown size: always send
   auto unknown = PeerClient::Create(Map(*a_, {"127.0.0.1:1", "127.0.0.1:2"}), co);
-  EXPECT_TRUE((*unknown)->IsRemote(layer, 1, 1000000));
+  EXPECT_EQ((*unknown)->Place(layer, 1, 1000000), P::kRemote);
+  co.record_bytes = [](int, int) { return int64_t{4096}; };
+  co.fetch_weights = true;  // the group moves weights over the network instead of reading them here
+  auto fetching = PeerClient::Create(Map(*a_, {"127.0.0.1:1", "127.0.0.1:2"}), co);
+  EXPECT_EQ((*fetching)->Place(layer, 1, 5), P::kFetch);
+  EXPECT_EQ((*fetching)->Place(layer, 1, 4), P::kRemote);
+}
+
+TEST_F(PeerEngine, FetchedWeightsAreBitIdenticalAndForeignOnesFallBack) {
+  auto nb = Serve(*b_);
+  for (bool foreign : {false, true}) {
+    PeerClientOptions co;
+    co.token = kToken;
+    co.model_identity = a_->identity;
+    co.suspect_for = std::chrono::milliseconds(0);
+    co.per_expert = std::chrono::milliseconds(0);
+    const auto crcs = Crcs(*a_->engine);
+    co.record_crc = [crcs, foreign](int l, int x) { return crcs(l, x) ^ (foreign ? 1u : 0u); };
+    co.record_bytes = [](int, int) { return int64_t{1}; };  // every expert's rows outweigh its "record"
+    co.row_wire_bytes = 4;
+    co.fetch_weights = true;
+    auto client = PeerClient::Create(Map(*a_, {"127.0.0.1:1", Addr(nb->port())}), co);
+    ASSERT_TRUE(client.ok());
+    a_->engine->mutable_model().set_remote_experts(client->get());
+    const Outputs got = RunModel(*a_);
+    a_->engine->mutable_model().set_remote_experts(nullptr);
+    ExpectSame(*ref_, got, foreign ? "foreign fetched weights" : "fetched weights");
+    const PeerClientStats st = (*client)->stats();
+    EXPECT_EQ(st.remote_jobs, 0);
+    if (foreign) {
+      EXPECT_EQ(st.fetched_experts, 0);
+      EXPECT_GT(st.fetch_failures, 0);
+    } else {
+      EXPECT_GT(st.fetched_experts, 0);
+      EXPECT_EQ(st.fetch_failures, 0);
+      EXPECT_GT(st.fetched_bytes, 0);
+    }
+  }
+  EXPECT_GT(nb->service()->stats().fetches, 0);
 }
 
 // A peer that answers late, or with another model's bytes.
