@@ -9,7 +9,8 @@ A FakeCluster of N hosts; host i is
   - a mount namespace of its own (a holder process: `ip netns exec NS unshare --mount
     --propagation private sh -c 'mount -t tmpfs tmpfs /dev/shm && exec sleep ...'`; every
     process of the host enters it with nsenter), so the host has its own /dev/shm;
-  - its own copy of the model container (TMP/host<i>/model), run dir (sockets, logs) and
+  - its own copy of the model container (TMP/host<i>/model; link_model=True / --link-model: hard
+    links instead, for a GB container on the same file system), run dir (sockets, logs) and
     moestream.conf (deploy/moestream.conf with this host's model, expertd budget, tokenizer and
     gateway address, as deploy/run.sh writes it);
   - the processes deploy/start.sh starts, with its arguments: expertd (--config, --socket
@@ -26,6 +27,11 @@ both hosts), loss(host, percent) (nftables numgen drops of TCP on eth0), bandwid
 namespace, its /dev/shm holder included) and restart(host). wire_bytes(host): bytes in / out of the
 host's eth0 (nftables counters), e.g. the RunExperts traffic of a request.
 
+Clients: chat() / http() run a short client inside the host's namespace (a subprocess);
+chat_inproc() / Host.request() / chat_stream() (SSE, close() = the client going away) /
+metrics() do it in this process over a socket made in the namespace (setns in a thread), so
+concurrent, streamed and cancelled requests carry this process's timestamps.
+
 Cleanup: close() (also via `with`, atexit, SIGTERM/SIGINT/SIGHUP) stops the processes (SIGTERM to
 each process group, then SIGKILL), kills whatever is left in the namespaces, deletes them (the
 bridge and veths go with the switch namespace) and the temp dir. A reaper process (own session)
@@ -37,7 +43,8 @@ Needs root, iproute2 (ip, tc), nft, unshare, nsenter. Python 3 stdlib only.
 
 CLI:
   fake_hosts.py up [--hosts N] [--peers] [--tag T] [--subnet K] [--build DIR] [--model DIR]
-                   [--workers W] [--convert] [--inferd-arg FLAG ...]
+                   [--workers W] [--convert] [--inferd-arg FLAG ...] [--expertd-budget SIZE]
+                   [--link-model]
         brings the cluster up, prints its layout (JSON) and waits for Ctrl-C / SIGTERM
         (MOE_FAKE_HOSTS_KEEP=1 keeps the temp dir with the configs and logs after cleanup)
   fake_hosts.py chat [--hosts N] [--prompt TEXT] [--max-tokens N] [...up's flags]
@@ -46,6 +53,8 @@ CLI:
 """
 import argparse
 import atexit
+import ctypes
+import http.client
 import json
 import os
 import re
@@ -53,10 +62,13 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HOST_PREFIX = "moeh"     # host namespaces: moeh<i>-<tag>
@@ -264,6 +276,111 @@ else:
 """
 
 
+# --- In-process clients: a socket made inside a host's network namespace --------------------------
+# setns(CLONE_NEWNET) in a short-lived thread (a thread may switch its own network namespace; the
+# socket it makes stays in that namespace for good, usable from any thread), so concurrent,
+# streaming and cancelled requests run in this process with their own timestamps.
+CLONE_NEWNET = 0x40000000
+_libc = None
+
+
+def connect_in_netns(ns, addr, port, timeout=10.0):
+    """A TCP socket connected to addr:port from inside network namespace `ns`."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+
+    def run():
+        try:
+            fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, f"setns({ns}): {os.strerror(e)}")
+            finally:
+                os.close(fd)
+            out["sock"] = socket.create_connection((addr, port), timeout=timeout)
+        except BaseException as e:  # reported to the caller
+            out["error"] = e
+    t = threading.Thread(target=run, name=f"connect-{ns}", daemon=True)
+    t.start()
+    t.join(timeout + 5)
+    if "sock" in out:
+        return out["sock"]
+    raise out.get("error") or OSError(f"connect to {addr}:{port} in {ns}: no answer in {timeout} s")
+
+
+class NetnsHTTPConnection(http.client.HTTPConnection):
+    """http.client over a socket made in network namespace `ns` (timeout: connect and each read)."""
+
+    def __init__(self, ns, host, port, timeout=30.0):
+        super().__init__(host, port, timeout=timeout)
+        self.ns = ns
+
+    def connect(self):
+        self.sock = connect_in_netns(self.ns, self.host, self.port, self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class ChatStream:
+    """A streaming chat completion (SSE): iterate for (time.monotonic(), chunk JSON) pairs (the
+    final [DONE] ends the iteration); close() drops the connection (a client that goes away)."""
+
+    def __init__(self, ns, url, body, timeout):
+        u = urllib.parse.urlsplit(url)
+        self.t_sent = time.monotonic()
+        self.conn = NetnsHTTPConnection(ns, u.hostname, u.port or 80, timeout=timeout)
+        self.conn.request("POST", u.path, body=json.dumps(body).encode(),
+                          headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        if self.status != 200:
+            raw = self.resp.read()
+            self.close()
+            try:
+                self.error = json.loads(raw or b"null")
+            except ValueError:
+                self.error = raw.decode("utf-8", "replace")
+        else:
+            self.error = None
+
+    def __iter__(self):
+        if self.error is not None:
+            return
+        while True:
+            line = self.resp.readline()
+            if not line:
+                return  # connection closed without [DONE]
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return
+            yield time.monotonic(), json.loads(data)
+
+    def close(self):
+        """Closes the socket at once (RST-free FIN; the gateway sees the client gone)."""
+        try:
+            if self.conn.sock is not None:
+                self.conn.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.conn.close()
+
+
+def chat_body(prompt, max_tokens, stream=False, **extra):
+    """A greedy chat completion request (thinking off), as chat() sends it."""
+    body = {"model": "moestream", "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}}
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra)
+    return body
+
+
 class Host:
     def __init__(self, cluster, index):
         self.cluster = cluster
@@ -403,6 +520,27 @@ class Host:
             return None, r["error"]
         return r["status"], r["body"]
 
+    def request(self, url, body=None, method=None, timeout=30.0):
+        """Like http() but in this process (a socket made in this host's namespace; thread-safe,
+        no subprocess): (status, parsed JSON or text body); status None and the error text when
+        no answer came within timeout (connect and each read)."""
+        u = urllib.parse.urlsplit(url)
+        conn = NetnsHTTPConnection(self.ns, u.hostname, u.port or 80, timeout=timeout)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            conn.request(method or ("POST" if body is not None else "GET"), u.path or "/", body=data,
+                         headers={"Content-Type": "application/json"} if data is not None else {})
+            r = conn.getresponse()
+            st, raw = r.status, r.read()
+        except (OSError, http.client.HTTPException) as e:
+            return None, f"{type(e).__name__}: {e}"
+        finally:
+            conn.close()
+        try:
+            return st, json.loads(raw or b"null")
+        except ValueError:
+            return st, raw.decode("utf-8", "replace")
+
     def tcp_probe(self, addr, port=PEER_PORT, timeout=1.0):
         """'connected', 'refused' (a RST: reachable, nothing listening), 'timeout' or 'error: ...'."""
         return self._client({"op": "tcp", "addr": addr, "port": port, "timeout": timeout}, timeout)["result"]
@@ -412,7 +550,7 @@ class FakeCluster:
     def __init__(self, n_hosts=2, *, build=None, model=None, tag=None, subnet=1, peers=False,
                  workers=1, gateway_hosts=(0,), expertd_budget="256M", inferd_args=(),
                  host_inferd_args=None, gateway_args=(), peer_port=PEER_PORT, peer_deadline_ms=250,
-                 start_timeout=90.0, env=None, convert=False, reaper=True, log=None):
+                 start_timeout=90.0, env=None, convert=False, reaper=True, log=None, link_model=False):
         if not 1 <= n_hosts <= 250:
             raise ValueError("1..250 hosts")
         self.tag = tag or str(os.getpid())
@@ -427,6 +565,7 @@ class FakeCluster:
         self.workers = workers
         self.gateway_hosts = tuple(gateway_hosts)
         self.expertd_budget = expertd_budget
+        self.link_model = link_model
         self.inferd_args = tuple(inferd_args)
         self.host_inferd_args = dict(host_inferd_args or {})
         self.gateway_args = tuple(gateway_args)
@@ -471,12 +610,18 @@ class FakeCluster:
         self.hosts = [Host(self, i) for i in range(self.n_hosts)]
         t0 = time.time()
         src = self._container()
+        if self.link_model and os.stat(src).st_dev != os.stat(self.tmp).st_dev:
+            raise HarnessError(f"link_model: {src} and {self.tmp} are on different file systems (hard links "
+                               f"need one): set TMPDIR to a directory beside the model")
         self._network()
         with open(os.path.join(ROOT, "deploy", "moestream.conf")) as f:
             template = f.read()
         for h in self.hosts:
             os.makedirs(h.run_dir)
-            shutil.copytree(src, h.model, ignore=shutil.ignore_patterns(".moestream-verified"))
+            # link_model: hard links (a GB container on the same file system: no copy, one page
+            # cache for every host); else a copy (the small demo container).
+            shutil.copytree(src, h.model, ignore=shutil.ignore_patterns(".moestream-verified"),
+                            copy_function=os.link if self.link_model else shutil.copy2)
             with open(h.conf, "w") as f:
                 f.write(host_conf(self, h, template))
         if self.peers:
@@ -612,11 +757,41 @@ class FakeCluster:
     def chat(self, prompt, max_tokens=16, host=0, from_host=None, timeout=60.0, **extra):
         """A greedy chat completion to `host`'s gateway, sent from inside `from_host` (default the
         same host): (status, JSON)."""
-        body = {"model": "moestream", "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}}
-        body.update(extra)
         src = self.hosts[host if from_host is None else from_host]
-        return src.http(self.hosts[host].gateway_url + "/v1/chat/completions", body, timeout=timeout)
+        return src.http(self.hosts[host].gateway_url + "/v1/chat/completions",
+                        chat_body(prompt, max_tokens, **extra), timeout=timeout)
+
+    def chat_inproc(self, prompt, max_tokens=16, host=0, from_host=None, timeout=60.0, **extra):
+        """chat() made in this process (thread-safe; for concurrent requests)."""
+        src = self.hosts[host if from_host is None else from_host]
+        return src.request(self.hosts[host].gateway_url + "/v1/chat/completions",
+                           chat_body(prompt, max_tokens, **extra), timeout=timeout)
+
+    def chat_stream(self, prompt, max_tokens=16, host=0, from_host=None, timeout=60.0, **extra):
+        """A streaming greedy chat completion (ChatStream: iterate, close)."""
+        src = self.hosts[host if from_host is None else from_host]
+        return ChatStream(src.ns, self.hosts[host].gateway_url + "/v1/chat/completions",
+                          chat_body(prompt, max_tokens, stream=True, **extra), timeout)
+
+    def gateway_get(self, path, host=0, timeout=5.0):
+        """GET path (/health, /metrics, /admin/workers) of host's gateway, from inside it."""
+        h = self.hosts[host]
+        return h.request(h.gateway_url + path, timeout=timeout)
+
+    def metrics(self, host=0, timeout=5.0):
+        """host's gateway /metrics parsed: {'name{labels}': value} (labels as rendered)."""
+        st, text = self.gateway_get("/metrics", host, timeout)
+        if st != 200 or not isinstance(text, str):
+            raise HarnessError(f"{self.hosts[host].ns}: /metrics: HTTP {st}: {str(text)[:300]}")
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, val = line.rpartition(" ")
+                try:
+                    out[key] = float(val)
+                except ValueError:
+                    pass
+        return out
 
     def reachable(self, a, b, port=PEER_PORT, timeout=1.0):
         """Whether host a gets an answer (a connection or a RST) from host b's address on port."""
@@ -804,6 +979,9 @@ def main(argv=None):
         p.add_argument("--workers", type=int, default=1)
         p.add_argument("--start-timeout", type=float, default=120)
         p.add_argument("--inferd-arg", action="append", default=[], help="extra inferd flag (repeatable)")
+        p.add_argument("--expertd-budget", default="256M", help="expertd's budget in each host's config")
+        p.add_argument("--link-model", action="store_true",
+                       help="hard-link the container into each host's dir instead of copying it (same file system)")
         if name == "chat":
             p.add_argument("--prompt", default="Who are you?")
             p.add_argument("--max-tokens", type=int, default=32)
@@ -826,7 +1004,8 @@ def main(argv=None):
         print(f"fake_hosts: cannot make fake hosts here: {why}", file=sys.stderr)
         return 77
     kw = dict(build=a.build, model=a.model, tag=a.tag, subnet=a.subnet, peers=a.peers, workers=a.workers,
-              convert=a.convert, start_timeout=a.start_timeout, inferd_args=a.inferd_arg)
+              convert=a.convert, start_timeout=a.start_timeout, inferd_args=a.inferd_arg,
+              expertd_budget=a.expertd_budget, link_model=a.link_model)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _cli_run(a, kw)
