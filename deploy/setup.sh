@@ -18,6 +18,7 @@ APT_PACKAGES=(
   liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev libicu-dev zlib1g-dev prometheus-cpp-dev libboost1.74-dev curl
   clang-14 libclang-rt-14-dev libomp-14-dev
+  iproute2 nftables util-linux
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
