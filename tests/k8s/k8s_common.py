@@ -109,35 +109,37 @@ LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
-def lws_runtime(doc, role, group=0):
+def lws_runtime(doc, role, group=0, index=None):
     """(labels, env) the LWS controller and its pod webhook add to a pod of a LeaderWorkerSet
     (kubernetes-sigs/lws: the name / group-index / worker-index labels; LWS_LEADER_ADDRESS,
     LWS_GROUP_SIZE, LWS_WORKER_INDEX in every container and init container), for group `group`:
-    the leader is worker 0, the worker template stands for worker 1 (the first of 1..size-1).
-    ({}, {}) for other workloads."""
+    the leader is worker 0, the worker template stands for worker `index` (default 1, the first
+    of 1..size-1). ({}, {}) for other workloads."""
     if doc.get("kind") != "LeaderWorkerSet":
         return {}, {}
     name = doc["metadata"]["name"]
     ns = doc["metadata"].get("namespace", "default")
     size = doc["spec"]["leaderWorkerTemplate"].get("size", 1)
-    index = "0" if role == "leader" else "1"
+    index = "0" if role == "leader" else str(1 if index is None else index)
     labels = {LWS_NAME_LABEL: name, LWS_GROUP_LABEL: str(group), LWS_WORKER_LABEL: index}
     env = {"LWS_LEADER_ADDRESS": f"{name}-{group}.{name}.{ns}", "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": index}
     return labels, env
 
 
-def pod_labels(doc, role, template):
-    """The labels a pod of this template carries once created (the template's + LWS's)."""
+def pod_labels(doc, role, template, index=None):
+    """The labels a pod of this template carries once created (the template's + LWS's; index:
+    lws_runtime's worker index)."""
     labels = dict(template.get("metadata", {}).get("labels", {}))
-    labels.update(lws_runtime(doc, role)[0])
+    labels.update(lws_runtime(doc, role, index=index)[0])
     return labels
 
 
-def pod_env(doc, role, container, template, extra=None):
-    """container_env with what the pod knows at run time: LWS's labels and env, then extra."""
-    env = dict(lws_runtime(doc, role)[1])
+def pod_env(doc, role, container, template, extra=None, index=None):
+    """container_env with what the pod knows at run time: LWS's labels and env, then extra
+    (index: lws_runtime's worker index)."""
+    env = dict(lws_runtime(doc, role, index=index)[1])
     env.update(extra or {})
-    return container_env(container, template, env, labels=pod_labels(doc, role, template))
+    return container_env(container, template, env, labels=pod_labels(doc, role, template, index))
 
 
 def containers(pod_spec, init=True):
@@ -168,6 +170,35 @@ def container_env(container, template, extra=None, labels=None):
             if m and m.group(1) in labels:
                 env[e["name"]] = labels[m.group(1)]
     return env
+
+
+# The pods' mounted paths -> a directory name each: tests that run the rendered pods' processes
+# on this machine (node_smoke_test.py, tools/multihost/fake_hosts.py --from-manifest) give each
+# its own directory and replace the paths in args and config (remap_paths).
+POD_PATHS = {"/models/model": "model", "/etc/moestream": "etc", "/etc/moestream-peer-token": "peer-token",
+             "/run/moestream-pod": "pod", "/run/moestream-peer": "peer", "/run/moestream": "run"}
+
+
+def remap_paths(text, paths):
+    """text with each pod path of paths ({pod path: local path}) replaced by its local path where
+    it is a whole path (longest first: /run/moestream-pod before /run/moestream)."""
+    for old in sorted(paths, key=len, reverse=True):
+        text = re.sub(re.escape(old) + r"(?![A-Za-z0-9_.-])", lambda _m, new=paths[old]: new, text)
+    return text
+
+
+def secret_mounts(template):
+    """(volume, mountPath) of every Secret volume a container or init container of the pod
+    mounts."""
+    out = []
+    for v in template["spec"].get("volumes", []):
+        if "secret" not in v:
+            continue
+        for c in containers(template["spec"]):
+            for m in c.get("volumeMounts", []):
+                if m["name"] == v["name"] and (v, m["mountPath"]) not in out:
+                    out.append((v, m["mountPath"]))
+    return out
 
 
 def fail(problems, what):

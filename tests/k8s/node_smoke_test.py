@@ -58,8 +58,7 @@ def pod_host(role, d, where):
 
 
 # The pods' paths -> directories of the temporary directory.
-PATHS = {"/models/model": "model", "/etc/moestream": "etc", "/etc/moestream-peer-token": "peer-token",
-         "/run/moestream-pod": "pod", "/run/moestream-peer": "peer", "/run/moestream": "run"}
+PATHS = k.POD_PATHS
 
 
 def processes(o, tmp):
@@ -70,9 +69,7 @@ def processes(o, tmp):
     ports = {}
 
     def remap_paths(a):
-        for old in sorted(paths, key=len, reverse=True):
-            a = re.sub(re.escape(old) + r"(?![A-Za-z0-9_.-])", paths[old], a)
-        return a
+        return k.remap_paths(a, paths)
 
     def remap(a, host):
         a = remap_paths(a)
@@ -106,16 +103,14 @@ def run_inits(o, tmp, inits, paths):
     Secret volume a directory whose `token` is a fresh random token, mode 0400 (a Secret the
     operator created: docs/KUBERNETES.md)."""
     for where, role, t, d in o.pods:
-        for v in t["spec"].get("volumes", []):
-            for c in k.containers(t["spec"]):
-                for m in c.get("volumeMounts", []):
-                    if m["name"] == v["name"] and "secret" in v and m["mountPath"] in paths:
-                        sdir = paths[m["mountPath"]]
-                        if not os.path.exists(f"{sdir}/token"):
-                            os.makedirs(sdir, exist_ok=True)
-                            with open(f"{sdir}/token", "w") as f:
-                                f.write(secrets.token_hex(24) + "\n")
-                            os.chmod(f"{sdir}/token", 0o400)
+        for v, mount in k.secret_mounts(t):
+            if mount in paths:
+                sdir = paths[mount]
+                if not os.path.exists(f"{sdir}/token"):
+                    os.makedirs(sdir, exist_ok=True)
+                    with open(f"{sdir}/token", "w") as f:
+                        f.write(secrets.token_hex(24) + "\n")
+                    os.chmod(f"{sdir}/token", 0o400)
     env = dict(os.environ)
     if os.geteuid() != 0:
         shim = f"{tmp}/shim"
