@@ -20,6 +20,16 @@ A FakeCluster of N hosts; host i is
 With peers=True every inferd also gets the multi-host flags (PEER_FLAGS below: the one place to
 add, rename or drop one), with a random bearer token file (mode 0600) and an ownership map made
 by `moe ownership` (OWNERSHIP_ARGV below).
+With from_manifest="multi-node" (--from-manifest) the hosts run the rendered manifests instead
+(tools/multihost/manifest.py; needs PyYAML): host 0 the expertd DaemonSet's and the
+LeaderWorkerSet leader pod's containers (inferd + gateway), host i > 0 expertd and worker pod i's
+inferd, with the golden's args, config (its ConfigMap, plan.json and the ownership-map template)
+and init containers (peer-files renders the map from the template and copies the token Secret,
+here one random token at the Secret's mode 0400); only what a kubelet fills in is replaced
+($(POD_IP), $(LWS_WORKER_INDEX) and the pods' env, the mounted paths by the host's directories),
+and the pods' DNS names resolve through a hosts file over /etc/hosts in each host's mount
+namespace. The hosts run the model the golden's plan.json names, and the map's weights
+identity is checked against it (`moe ownership` on each host's copy) before the inferds start.
 
 Faults: partition(a, b) / heal() (nftables drops between the two addresses, both directions, on
 both hosts), loss(host, percent) (nftables numgen drops of TCP on eth0), bandwidth(host, gbit)
@@ -39,12 +49,13 @@ watches the harness by pidfd and does the same sweep if the harness dies without
 (SIGKILL, ctest timeout). At start, namespaces and temp dirs of this prefix are swept whose tag
 is ours or whose owner pid (a tag's trailing digits) is dead.
 
-Needs root, iproute2 (ip, tc), nft, unshare, nsenter. Python 3 stdlib only.
+Needs root, iproute2 (ip, tc), nft, unshare, nsenter. Python 3 stdlib only (--from-manifest:
+PyYAML too).
 
 CLI:
   fake_hosts.py up [--hosts N] [--peers] [--tag T] [--subnet K] [--build DIR] [--model DIR]
                    [--workers W] [--convert] [--inferd-arg FLAG ...] [--expertd-budget SIZE]
-                   [--link-model]
+                   [--link-model] [--from-manifest multi-node]
         brings the cluster up, prints its layout (JSON) and waits for Ctrl-C / SIGTERM
         (MOE_FAKE_HOSTS_KEEP=1 keeps the temp dir with the configs and logs after cleanup)
   fake_hosts.py chat [--hosts N] [--prompt TEXT] [--max-tokens N] [...up's flags]
@@ -60,7 +71,9 @@ import os
 import re
 import secrets
 import select
+import shlex
 import shutil
+import stat
 import signal
 import socket
 import subprocess
@@ -395,6 +408,11 @@ class Host:
         self.expertd_sock = os.path.join(self.run_dir, "expertd.sock")
         self.holder = None
         self.procs = {}  # name -> Popen (in start order)
+        # from_manifest: the rendered pods' processes (manifest.Service), the hosts file over
+        # /etc/hosts and the directories mounted read-only in the host's mount namespace
+        self.services = None
+        self.hosts_file = None
+        self.ro_dirs = ()
 
     def inferd_sock(self, w):
         return os.path.join(self.run_dir, f"inferd{w}.sock")
@@ -415,12 +433,22 @@ class Host:
         return sh(ns_exec(self.ns, argv), check=check, timeout=timeout, input=input)
 
     # processes ------------------------------------------------------------------------------
+    def holder_script(self):
+        """The mount namespace's setup: its own /dev/shm (and from_manifest: the hosts file over
+        /etc/hosts, read-only binds of the model and config directories), then sleep."""
+        q = shlex.quote
+        steps = ["mount -t tmpfs -o mode=1777 tmpfs /dev/shm"]
+        if self.hosts_file:
+            steps.append(f"mount --bind {q(self.hosts_file)} /etc/hosts")
+        for d in self.ro_dirs:
+            steps += [f"mount --bind {q(d)} {q(d)}", f"mount -o remount,bind,ro {q(d)}"]
+        return " && ".join(steps + ["exec sleep 2147483647"])
+
     def start_holder(self):
         if self.holder and self.holder.poll() is None:
             return
         self.holder = subprocess.Popen(
-            ns_exec(self.ns, ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                              "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec sleep 2147483647"]),
+            ns_exec(self.ns, ["unshare", "--mount", "--propagation", "private", "sh", "-c", self.holder_script()]),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         deadline = time.time() + 10
         while True:  # ready once sh has exec'd sleep (the mount succeeded)
@@ -437,11 +465,12 @@ class Host:
                 raise HarnessError(f"{self.ns}: /dev/shm holder not ready in 10 s")
             time.sleep(0.02)
 
-    def spawn(self, name, argv):
-        """Starts argv as a process of this host: its network + mount namespace, own session."""
+    def spawn(self, name, argv, env=None):
+        """Starts argv as a process of this host: its network + mount namespace, own session
+        (env: added to the environment, e.g. a container's)."""
         self.start_holder()
         log = open(self.log_path(name), "ab")
-        env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+        env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"), **(env or {}))
         env.update(self.cluster.env)
         try:
             p = subprocess.Popen(["nsenter", f"--target={self.holder.pid}", "--mount", "--net", "--"] + argv,
