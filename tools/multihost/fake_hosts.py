@@ -411,8 +411,11 @@ class Host:
         # from_manifest: the rendered pods' processes (manifest.Service), the hosts file over
         # /etc/hosts and the directories mounted read-only in the host's mount namespace
         self.services = None
+        self.inits = []
+        self.empty_dirs = []
         self.hosts_file = None
         self.ro_dirs = ()
+        self.ownership_map = self.token_file = None  # the init container's copies
 
     def inferd_sock(self, w):
         return os.path.join(self.run_dir, f"inferd{w}.sock")
@@ -431,6 +434,14 @@ class Host:
     def exec(self, argv, timeout=CMD_TIMEOUT_S, check=True, input=None):
         """Runs argv in this host's network namespace (bounded)."""
         return sh(ns_exec(self.ns, argv), check=check, timeout=timeout, input=input)
+
+    def exec_in(self, argv, timeout=CMD_TIMEOUT_S, check=True, env=None):
+        """Runs argv as the host's processes run (its network and mount namespace: its /dev/shm,
+        from_manifest its /etc/hosts and read-only dirs), bounded; env: added variables."""
+        self.start_holder()
+        pre = ["env"] + [f"{k}={v}" for k, v in env.items()] if env else []
+        return sh(["nsenter", f"--target={self.holder.pid}", "--mount", "--net", "--"] + pre + list(argv),
+                  check=check, timeout=timeout)
 
     # processes ------------------------------------------------------------------------------
     def holder_script(self):
@@ -470,7 +481,7 @@ class Host:
         (env: added to the environment, e.g. a container's)."""
         self.start_holder()
         log = open(self.log_path(name), "ab")
-        env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"), **(env or {}))
+        env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive"), **(env or {})}
         env.update(self.cluster.env)
         try:
             p = subprocess.Popen(["nsenter", f"--target={self.holder.pid}", "--mount", "--net", "--"] + argv,
@@ -579,9 +590,29 @@ class FakeCluster:
     def __init__(self, n_hosts=2, *, build=None, model=None, tag=None, subnet=1, peers=False,
                  workers=1, gateway_hosts=(0,), expertd_budget="256M", inferd_args=(),
                  host_inferd_args=None, gateway_args=(), peer_port=PEER_PORT, peer_deadline_ms=250,
-                 start_timeout=90.0, env=None, convert=False, reaper=True, log=None, link_model=False):
+                 start_timeout=90.0, env=None, convert=False, reaper=True, log=None, link_model=False,
+                 from_manifest=None):
         if not 1 <= n_hosts <= 250:
             raise ValueError("1..250 hosts")
+        self.from_manifest = from_manifest
+        self.manifest = None
+        if from_manifest:
+            # The rendered pods (manifest.py): one LWS group, its leader the one gateway, one
+            # inferd per pod, the golden's peer flags (peers=True means nothing more here).
+            try:
+                import manifest as manifest_mod
+                self.manifest = manifest_mod.Manifest(from_manifest)
+            except ImportError as e:
+                raise HarnessError(f"--from-manifest needs PyYAML and tests/k8s of this checkout: {e}")
+            except (RuntimeError, OSError, KeyError, ValueError) as e:
+                raise HarnessError(f"--from-manifest {from_manifest}: {e}")
+            if n_hosts != self.manifest.size:
+                raise HarnessError(f"--from-manifest {from_manifest}: its LeaderWorkerSet has {self.manifest.size} "
+                                   f"pods per group, so {self.manifest.size} hosts (not {n_hosts})")
+            if convert or (model and os.path.realpath(model) != os.path.realpath(self.manifest.model_dir)):
+                raise HarnessError(f"--from-manifest {from_manifest}: the hosts run the model its plan.json names "
+                                   f"({os.path.relpath(self.manifest.model_dir, ROOT)}), not another")
+            model, peers, workers, gateway_hosts = self.manifest.model_dir, True, 1, (0,)
         self.tag = tag or str(os.getpid())
         if not TAG_RE.match(self.tag):
             raise ValueError(f"tag {self.tag!r}: letters, digits, _ only")
@@ -610,6 +641,7 @@ class FakeCluster:
         self.token_file = None
         self.ownership_map = None
         self.reaper = None
+        self.map_weights = None  # from_manifest: the weights identity the rendered maps and the model share
         self._closed = False
         self._created_ns = []
         self._faults = set()  # ("part", a, b)
@@ -651,9 +683,12 @@ class FakeCluster:
             # cache for every host); else a copy (the small demo container).
             shutil.copytree(src, h.model, ignore=shutil.ignore_patterns(".moestream-verified"),
                             copy_function=os.link if self.link_model else shutil.copy2)
-            with open(h.conf, "w") as f:
-                f.write(host_conf(self, h, template))
-        if self.peers:
+            if self.manifest is None:
+                with open(h.conf, "w") as f:
+                    f.write(host_conf(self, h, template))
+        if self.manifest is not None:
+            self._manifest_files()
+        elif self.peers:
             self.token_file = os.path.join(self.tmp, "peer-token")
             fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -746,6 +781,8 @@ class FakeCluster:
     def start_services(self, hosts):
         """expertd on every host, then the inferds, then the gateways (each stage in parallel over
         the hosts); bounded by start_timeout."""
+        if self.manifest is not None:
+            return self._start_pods(hosts)
         deadline = time.time() + self.start_timeout
 
         def wait(cond, what):
@@ -781,6 +818,144 @@ class FakeCluster:
             pending[:] = [h for h in pending if not healthy(h)]
             return not pending
         wait(all_healthy, "gateway /health with every worker alive")
+
+    # from_manifest ------------------------------------------------------------------------------
+    def _manifest_files(self):
+        """Each host's volumes (ConfigMap files, the token Secret, the hosts file) and its
+        processes from the golden (manifest.py)."""
+        m = self.manifest
+        token = secrets.token_hex(32) + "\n"  # one Secret for the whole group
+        hosts_text = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + "".join(
+            f"{self.hosts[i].addr}\t{' '.join(names)}\n" for i, names in m.dns())
+        for h in self.hosts:
+            try:
+                vols = m.volumes(h.index, h.dir)
+                h.services = m.services(h.index, h.addr, h.dir, self.build)
+                h.inits = m.init_containers(h.index, h.addr, h.dir)
+            except RuntimeError as e:
+                raise HarnessError(f"{h.ns}: {e}")
+            for local, files in vols["config"]:
+                os.makedirs(local, exist_ok=True)
+                for name, text in files.items():
+                    with open(os.path.join(local, name), "w") as f:
+                        f.write(text)
+            for local, mode in vols["secret"]:
+                os.makedirs(local, exist_ok=True)
+                fd = os.open(os.path.join(local, "token"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(token)
+                os.chmod(os.path.join(local, "token"), mode)
+            h.empty_dirs = vols["empty"]
+            h.ro_dirs = tuple(vols["readonly"])
+            h.hosts_file = os.path.join(h.dir, "hosts")
+            with open(h.hosts_file, "w") as f:
+                f.write(hosts_text)
+            h.conf = (h.services[0].flag("config") or [None])[0]  # the ConfigMap's moestream.conf
+            inferd = [s for s in h.services if s.binary == "inferd"]
+            h.ownership_map = (inferd[0].flag("ownership-map") or [None])[0] if inferd else None
+            h.token_file = (inferd[0].flag("peer-token-file") or [None])[0] if inferd else None
+            gw = [s for s in h.services if s.binary == "gateway"]
+            if gw and gw[0].port("http") != GATEWAY_PORT:
+                raise HarnessError(f"{h.ns}: the gateway's port is {gw[0].port('http')}, the harness uses {GATEWAY_PORT}")
+            if bool(gw) != h.has_gateway:
+                raise HarnessError(f"{h.ns}: {'a' if gw else 'no'} gateway in its pods")
+        self.ownership_map, self.token_file = self.hosts[0].ownership_map, self.hosts[0].token_file
+
+    def _run_inits(self, h):
+        """The host's init containers, as written, in its namespaces (a pod (re)start: its
+        emptyDirs fresh)."""
+        for d in h.empty_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+        for name, argv, env in h.inits:
+            r = h.exec_in(argv, check=False, timeout=30, env=env)
+            with open(h.log_path(name), "a") as f:
+                f.write(r.stdout + r.stderr)
+            if r.returncode != 0:
+                raise HarnessError(f"{h.ns}: init container {name} exited {r.returncode}: "
+                                   f"{(r.stderr or r.stdout).strip()[-1000:]}")
+
+    def _check_maps(self, hosts):
+        """Each rendered map names the model the host runs: `moe ownership` of the host's copy for
+        the map's hosts gives the same weights identity and layer shape."""
+        for h in hosts:
+            if not h.ownership_map:
+                continue
+            with open(h.ownership_map) as f:
+                got = json.load(f)
+            try:
+                fresh = self.manifest.fresh_map(self.bin("tools/moe/moe"), h.model, got["hosts"], got["epoch"])
+            except (RuntimeError, OSError, KeyError) as e:
+                raise HarnessError(f"{h.ns}: moe ownership of its model: {e}")
+            if fresh["weights"] != got.get("weights") or \
+                    [len(r) for r in fresh["owner"]] != [len(r) for r in got.get("owner", [])]:
+                raise HarnessError(f"{h.ns}: {h.ownership_map} is for weights {got.get('weights')}, the host's model "
+                                   f"is {fresh['weights']} (tools/k8s/ownership_template.py)")
+            if self.map_weights not in (None, got["weights"]):
+                raise HarnessError(f"{h.ns}: map weights {got['weights']}, another host's {self.map_weights}")
+            self.map_weights = got["weights"]
+
+    def _ready(self, h, svc):
+        """The container's readinessProbe (exec `test -S`, tcpSocket, httpGet on the pod IP), and
+        for the gateway every --worker alive on /health."""
+        p = svc.probe
+        if "exec" in p:
+            cmd = p["exec"]["command"]
+            if len(cmd) == 3 and cmd[:2] == ["test", "-S"]:
+                try:
+                    return stat.S_ISSOCK(os.stat(cmd[2]).st_mode)
+                except OSError:
+                    return False
+            return h.exec_in(cmd, check=False, timeout=10).returncode == 0
+        if "tcpSocket" in p:
+            try:
+                connect_in_netns(h.ns, p["tcpSocket"].get("host", h.addr), svc.port(p["tcpSocket"]["port"]), 1.0).close()
+                return True
+            except OSError:
+                return False
+        if "httpGet" in p:
+            g = p["httpGet"]
+            st, j = h.request(f"http://{g.get('host', h.addr)}:{svc.port(g['port'])}{g.get('path', '/')}", timeout=2)
+            if st is None or not 200 <= st < 400:
+                return False
+            if svc.binary == "gateway":
+                return isinstance(j, dict) and j.get("workers_alive") == len(svc.flag("worker"))
+            return True
+        raise HarnessError(f"{h.ns}: {svc.pod} container {svc.container['name']}: no readinessProbe the harness knows")
+
+    def _start_pods(self, hosts):
+        """The hosts' init containers, the map check, then expertd on every host, the inferds, the
+        gateway (each stage once the one before is ready by its readinessProbe); bounded by
+        start_timeout."""
+        deadline = time.time() + self.start_timeout
+        for h in hosts:
+            self._run_inits(h)
+        self._check_maps(hosts)
+        for stage in ("expertd", "inferd", "gateway"):
+            started = []
+            for h in hosts:
+                for svc in h.services:
+                    if svc.binary != stage:
+                        continue
+                    for a in svc.flag("socket") + [x[5:] for x in svc.flag("listen") if x.startswith("unix:")]:
+                        if os.path.exists(a):
+                            os.unlink(a)
+                    extra = {"inferd": list(self.inferd_args) + list(self.host_inferd_args.get(h.index, ())),
+                             "gateway": list(self.gateway_args)}.get(stage, [])  # none unless asked for
+                    name = "inferd0" if stage == "inferd" else stage
+                    h.spawn(name, svc.argv + extra, env=svc.env)
+                    started.append((h, svc))
+            pending = list(started)
+            while pending:
+                pending = [(h, svc) for h, svc in pending if not self._ready(h, svc)]
+                if not pending:
+                    break
+                for h in hosts:
+                    h.check_alive(f"{stage}'s readinessProbe")
+                if time.time() > deadline:
+                    raise HarnessError(f"timed out ({self.start_timeout:.0f} s) waiting for the readinessProbe of "
+                                       + ", ".join(f"{h.ns} {svc.name}" for h, svc in pending))
+                time.sleep(0.05)
 
     # requests -----------------------------------------------------------------------------------
     def chat(self, prompt, max_tokens=16, host=0, from_host=None, timeout=60.0, **extra):
@@ -922,10 +1097,18 @@ class FakeCluster:
         self.start_services([h])
 
     def describe(self):
-        return {"tag": self.tag, "switch": self.switch, "dir": self.tmp, "peers": self.peers,
-                "hosts": [{"index": h.index, "netns": h.ns, "addr": h.addr, "run_dir": h.run_dir,
-                           "model": h.model, "conf": h.conf, "gateway": h.gateway_url if h.has_gateway else None,
-                           "pids": {n: p.pid for n, p in h.procs.items()}} for h in self.hosts]}
+        out = {"tag": self.tag, "switch": self.switch, "dir": self.tmp, "peers": self.peers,
+               "from_manifest": self.from_manifest,
+               "hosts": [{"index": h.index, "netns": h.ns, "addr": h.addr, "run_dir": h.run_dir,
+                          "model": h.model, "conf": h.conf, "gateway": h.gateway_url if h.has_gateway else None,
+                          "pids": {n: p.pid for n, p in h.procs.items()}} for h in self.hosts]}
+        if self.manifest is not None:
+            out["golden"] = os.path.relpath(self.manifest.golden, ROOT)
+            out["map_weights"] = self.map_weights
+            for d, h in zip(out["hosts"], self.hosts):
+                d["argv"] = {s.binary: s.argv for s in h.services}
+                d["ownership_map"], d["token_file"], d["hosts_file"] = h.ownership_map, h.token_file, h.hosts_file
+        return out
 
 
 _handlers_installed = False
@@ -1011,6 +1194,8 @@ def main(argv=None):
         p.add_argument("--expertd-budget", default="256M", help="expertd's budget in each host's config")
         p.add_argument("--link-model", action="store_true",
                        help="hard-link the container into each host's dir instead of copying it (same file system)")
+        p.add_argument("--from-manifest", metavar="OVERLAY",
+                       help="run the pods the golden of OVERLAY renders (multi-node: --hosts = its LWS size)")
         if name == "chat":
             p.add_argument("--prompt", default="Who are you?")
             p.add_argument("--max-tokens", type=int, default=32)
@@ -1034,7 +1219,7 @@ def main(argv=None):
         return 77
     kw = dict(build=a.build, model=a.model, tag=a.tag, subnet=a.subnet, peers=a.peers, workers=a.workers,
               convert=a.convert, start_timeout=a.start_timeout, inferd_args=a.inferd_arg,
-              expertd_budget=a.expertd_budget, link_model=a.link_model)
+              expertd_budget=a.expertd_budget, link_model=a.link_model, from_manifest=a.from_manifest)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _cli_run(a, kw)
