@@ -6,8 +6,8 @@
 // prompt length, time to first token and routed-expert bytes read with
 // chunked prefill (--chunk tokens per step: the old default) and with
 // planned prefill (layer-major passes of --pass-bytes of activations), next
-// to the bytes of the distinct experts the prompt routes to (each read once:
-// the floor) - same model, same cold in-process expert cache of the given
+// to the bytes of the distinct experts the prompt routes to (each read once,
+// at its own record's size: the floor) - same model, same cold in-process expert cache of the given
 // share, same run. The greedy first tokens of both must agree (the bench
 // fails otherwise). Then a returning conversation (--returning tokens, then
 // --new-tokens more): TTFT cold, from the RAM prefix cache, and from the disk
@@ -109,7 +109,7 @@ int RunBenchPrefill(int argc, char** argv) {
   std::string model = MOE_DEFAULT_MODEL_DIR, prompts_s = "128,1024,8192", prefix_dir;
   double share = 0.02;
   uint64_t budget = 0, pass_bytes = kDefaultPrefillPassBytes;
-  int64_t chunk = 128, returning = 4096, new_tokens = 32;
+  int64_t chunk = 128, returning = 4096, new_tokens = 32, chunked_max = 0;
   bool json = false, cold_case = true;
   FlagSet flags("moe bench prefill",
                 "TTFT and expert bytes of chunked vs planned (layer-major) prefill, and a returning conversation "
@@ -119,6 +119,9 @@ int RunBenchPrefill(int argc, char** argv) {
   flags.AddBytes("expert-budget", &budget, "expert cache bytes (instead of --expert-share)");
   flags.AddString("prompts", &prompts_s, "prompt lengths, comma-separated (capped at the model's context)");
   flags.AddInt("chunk", &chunk, "chunked prefill's tokens per step (inferd --prefill-chunk)");
+  flags.AddInt("chunked-max-tokens", &chunked_max,
+               "run the chunked case only for prompts up to this many tokens (0: all; a full-size model's long "
+               "chunked prefill re-reads every expert per chunk: hours)");
   flags.AddBytes("pass-bytes", &pass_bytes, "activation bytes of one planned pass (inferd --prefill-pass-bytes)");
   flags.AddInt("returning", &returning, "returning conversation: tokens of its first turn (0: skip)");
   flags.AddInt("new-tokens", &new_tokens, "returning conversation: tokens of its new turn");
@@ -138,6 +141,7 @@ int RunBenchPrefill(int argc, char** argv) {
     }
     lens.push_back(v);
   }
+  if (chunked_max < 0) return Fail("bench prefill", absl::InvalidArgumentError("--chunked-max-tokens >= 0"));
   if (chunk < 1 || returning < 0 || new_tokens < 1 || !(share > 0 && share <= 1) || pass_bytes == 0) {
     return Fail("bench prefill", absl::InvalidArgumentError(
                                      "--chunk, --new-tokens >= 1, --returning >= 0, 0 < --expert-share <= 1, "
@@ -184,7 +188,9 @@ int RunBenchPrefill(int argc, char** argv) {
     const std::vector<int32_t> prompt = random_ids(n);
     Served res[2];
     std::set<std::pair<int, int>> distinct;
-    for (int planned_mode = 0; planned_mode < 2; ++planned_mode) {
+    double floor_bytes = 0;  // the distinct experts' stored bytes, each once (records differ by layer)
+    const bool run_chunked = chunked_max == 0 || n <= chunked_max;
+    for (int planned_mode = run_chunked ? 0 : 1; planned_mode < 2; ++planned_mode) {
       auto m = open();
       if (!m.ok()) return Fail("bench prefill", m.status());
       if (planned_mode) {
@@ -197,23 +203,36 @@ int RunBenchPrefill(int argc, char** argv) {
       if (!res[planned_mode].status.ok()) return Fail("bench prefill", res[planned_mode].status);
       b.Shutdown();
       (*m)->engine().mutable_model().set_route_tap(nullptr);
+      if (planned_mode) {
+        const Container* ct = (*m)->engine().container();
+        for (const auto& [layer, expert] : distinct) {
+          const ExpertRecordInfo* r = ct != nullptr ? ct->FindExpert(layer, expert) : nullptr;
+          floor_bytes += r != nullptr ? static_cast<double>(r->length) : static_cast<double>(plan->expert_bytes_each);
+        }
+      }
     }
-    if (res[0].tokens != res[1].tokens) {
+    if (run_chunked && res[0].tokens != res[1].tokens) {
       return Fail("bench prefill", absl::InternalError(absl::StrCat("planned and chunked prefill disagree at ", n,
                                                                     " tokens (batch invariance broken)")));
     }
-    const double floor_bytes = static_cast<double>(distinct.size()) * plan->expert_bytes_each;
     nlohmann::json row = {{"tokens", n},
                           {"distinct_experts", distinct.size()},
                           {"distinct_bytes", floor_bytes},
-                          {"chunked", {{"ttft_s", res[0].ttft}, {"bytes", res[0].bytes}, {"fetches", res[0].fetches}}},
+                          {"chunked", run_chunked ? nlohmann::json{{"ttft_s", res[0].ttft},
+                                                                   {"bytes", res[0].bytes},
+                                                                   {"fetches", res[0].fetches}}
+                                                  : nlohmann::json(nullptr)},
                           {"planned",
                            {{"ttft_s", res[1].ttft},
                             {"bytes", res[1].bytes},
                             {"fetches", res[1].fetches},
                             {"passes", res[1].passes}}}};
     rows.push_back(row);
-    if (!json) {
+    if (!json && !run_chunked) {
+      std::printf("%8lld %9zu | %11s %9s %8s | %11.3f %9.3f %8.2f %6lld | %6s\n", static_cast<long long>(n),
+                  distinct.size(), "not run", "-", "-", res[1].ttft, res[1].bytes / 1e9,
+                  res[1].bytes / std::max(1.0, floor_bytes), static_cast<long long>(res[1].passes), "-");
+    } else if (!json) {
       std::printf("%8lld %9zu | %11.3f %9.3f %8.2f | %11.3f %9.3f %8.2f %6lld | %6.2f\n", static_cast<long long>(n),
                   distinct.size(), res[0].ttft, res[0].bytes / 1e9, res[0].bytes / std::max(1.0, floor_bytes),
                   res[1].ttft, res[1].bytes / 1e9, res[1].bytes / std::max(1.0, floor_bytes),
