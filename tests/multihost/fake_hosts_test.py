@@ -27,31 +27,20 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "multihost"))
 import fake_hosts as fh  # noqa: E402
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multihost_test_util as tu  # noqa: E402
+from multihost_test_util import check  # noqa: E402
+
+SKIP = tu.SKIP
 DEADLINE_S = 150  # the whole test (ctest's TIMEOUT is above it): then cleanup and fail
 PROMPT = "Who are you?"
 MAX_TOKENS = 24
-
-
-class Deadline(Exception):
-    pass
-
-
-class Done(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print(f"ok: {what}", flush=True)
 
 
 def answer(c, from_host=0, timeout=60):
@@ -60,23 +49,6 @@ def answer(c, from_host=0, timeout=60):
         raise AssertionError(f"chat from host {from_host}: HTTP {st}: {j}")
     ch = j["choices"][0]
     return ch["message"].get("content"), ch.get("finish_reason"), j["usage"]["completion_tokens"]
-
-
-def leftovers(tags):
-    ns = [n for n in fh.netns_list() if fh.NS_RE.match(n) and fh.NS_RE.match(n).group(2) in tags]
-    tmp = [d for d in os.listdir(tempfile.gettempdir())
-           if d.startswith(fh.TMP_PREFIX) and d[len(fh.TMP_PREFIX):].split("-", 1)[0] in tags]
-    procs = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as f:
-                    cmd = f.read().decode(errors="replace")
-            except OSError:
-                continue
-            if any(f"{fh.TMP_PREFIX}{t}-" in cmd for t in tags):
-                procs.append(f"{p}: {cmd.replace(chr(0), ' ')[:120]}")
-    return ns, tmp, procs
 
 
 def peer_flags_check(build):
@@ -104,14 +76,14 @@ def crash_cleanup_check(build, tag):
     try:
         line = p.stdout.readline()  # the layout JSON's first line: printed once up
         check(line.startswith(b"{"), "a second harness (CLI `up`) came up")
-        ns, _, procs = leftovers({tag})
+        ns, _, procs = tu.leftovers({tag})
         check(len(ns) == 3 and procs, f"it made 3 namespaces ({', '.join(ns)}) and runs its services")
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait(timeout=10)
     t0 = time.time()
     while time.time() - t0 < 20:
-        ns, tmp, procs = leftovers({tag})
+        ns, tmp, procs = tu.leftovers({tag})
         if not (ns or tmp or procs):
             break
         time.sleep(0.2)
@@ -166,32 +138,19 @@ def peers_checks(build, pid, want, inferd_help):
 def main():
     args = [a for a in sys.argv[1:] if a != "--peers"]
     peers = "--peers" in sys.argv[1:]
-    build = os.path.abspath(args[0] if args else os.path.join(ROOT, "build"))
-    missing = [b for b in ("services/expertd/expertd", "services/inferd/inferd", "services/gateway/gateway")
-               if not os.access(os.path.join(build, b), os.X_OK)]
-    if missing:
-        print(f"SKIP: not built in {build}: {', '.join(missing)}")
+    build = tu.build_dir(args)
+    why = tu.preflight(build, inferd_flags=("--peer-listen",) if peers else ())
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
-    ok, why = fh.can_run()
-    if not ok:
-        print(f"SKIP: cannot make fake hosts on this machine: {why}")
-        return SKIP
-
-    def on_alarm(*_):
-        raise Deadline(f"the test ran past {DEADLINE_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(DEADLINE_S)
     pid = os.getpid()
     tags = {f"ref{pid}", f"two{pid}", f"crash{pid}", f"peer{pid}"}
-    t_start = time.time()
-    try:
+
+    def body():
         if peers:
             r = subprocess.run([os.path.join(build, "services/inferd/inferd"), "--help"], capture_output=True,
                                text=True, timeout=20)
             inferd_help = r.stdout + r.stderr
-            if "--peer-listen" not in inferd_help:
-                print("SKIP: this inferd has no --peer-listen (the multi-host flags are not built yet)")
-                return SKIP
         else:
             peer_flags_check(build)
         with fh.FakeCluster(1, build=build, tag=f"ref{pid}") as ref:
@@ -199,7 +158,7 @@ def main():
         check(bool(want[0]), f"one-host stack answers {want[0]!r} ({want[2]} tokens, {want[1]})")
         if peers:
             peers_checks(build, pid, want, inferd_help)
-            raise Done()
+            raise tu.Finished()
 
         with fh.FakeCluster(2, build=build, tag=f"two{pid}") as c:
             h0, h1 = c.hosts
@@ -242,26 +201,12 @@ def main():
             c.restart(1)
             check(all(p.poll() is None for p in h1.procs.values()) and os.path.exists(h1.inferd_sock(0)),
                   "restart(1): host 1's expertd and inferd run again")
-        ns, tmp, procs = leftovers({f"ref{pid}", f"two{pid}"})
+        ns, tmp, procs = tu.leftovers({f"ref{pid}", f"two{pid}"})
         check(not (ns or tmp or procs), "cleanup: no namespace, temp dir or process left")
 
         crash_cleanup_check(build, f"crash{pid}")
-    except Done:
-        pass
-    except (AssertionError, fh.HarnessError, Deadline) as e:
-        print(f"FAIL: {e}", flush=True)
-        return 1
-    finally:
-        signal.alarm(0)
-        fh.sweep(None)  # nothing of ours may stay, whatever failed
-        for t in tags:
-            fh.sweep(t)
-    ns, tmp, procs = leftovers(tags)
-    if ns or tmp or procs:
-        print(f"FAIL: left behind: {ns + tmp + procs}")
-        return 1
-    print(f"fake hosts: all checks passed in {time.time() - t_start:.1f} s; `ip netns list` has none of ours")
-    return 0
+
+    return tu.run("fake hosts", DEADLINE_S, tags, body)
 
 
 if __name__ == "__main__":

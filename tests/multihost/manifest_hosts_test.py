@@ -29,10 +29,7 @@ not built, inferd has no --peer-listen, or PyYAML is missing.
     tests/multihost/manifest_hosts_test.py [BUILD_DIR]"""
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -40,23 +37,17 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "multihost"))
 import fake_hosts as fh  # noqa: E402
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multihost_test_util as tu  # noqa: E402
+from multihost_test_util import check  # noqa: E402
+
+SKIP = tu.SKIP
 DEADLINE_S = 90
 PROMPTS = ("Who are you?", "Count from one to ten.")
 MAX_TOKENS = 24
 OVERLAY = "multi-node"
 PLAN_MODEL = "models/glm-tiny-chat-q4"  # deploy/k8s plan.json's model: the demo container
 PEER_COUNTERS = ("remote_jobs", "served_jobs", "fallback_jobs", "failed_calls", "refused_calls")
-
-
-class Deadline(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print(f"ok: {what}", flush=True)
 
 
 def summary(st, j):
@@ -231,54 +222,24 @@ def manifest_checks(build, pid, want):
 
 
 def main():
-    build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
-    missing = [b for b in ("services/expertd/expertd", "services/inferd/inferd", "services/gateway/gateway",
-                           "tools/moe/moe") if not os.access(os.path.join(build, b), os.X_OK)]
-    if missing:
-        print(f"SKIP: not built in {build}: {', '.join(missing)}")
-        return SKIP
+    build = tu.build_dir(sys.argv[1:])
     try:
         import yaml  # noqa: F401
     except ImportError:
         print("SKIP: no PyYAML (the goldens)")
         return SKIP
-    ok, why = fh.can_run()
-    if not ok:
-        print(f"SKIP: cannot make fake hosts on this machine: {why}")
-        return SKIP
-    r = subprocess.run([os.path.join(build, "services/inferd/inferd"), "--help"], capture_output=True, text=True,
-                       timeout=20)
-    if "--peer-listen" not in r.stdout + r.stderr:
-        print("SKIP: this inferd has no --peer-listen (expert parallelism not built)")
+    why = tu.preflight(build, tu.SERVICES + ("tools/moe/moe",), inferd_flags=("--peer-listen",))
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
     sys.path.insert(0, os.path.join(ROOT, "tests", "k8s"))
     sys.path.insert(0, os.path.join(ROOT, "tools", "k8s"))
-
-    def on_alarm(*_):
-        raise Deadline(f"the test ran past {DEADLINE_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(DEADLINE_S)
     pid = os.getpid()
-    tags = {f"mfref{pid}", f"mf{pid}"}
-    t_start = time.time()
-    try:
+
+    def body():
         want = references(build, pid)
         manifest_checks(build, pid, want)
-    except (AssertionError, fh.HarnessError, Deadline, OSError) as e:
-        print(f"FAIL: {e}", flush=True)
-        return 1
-    finally:
-        signal.alarm(0)
-        for t in tags:
-            fh.sweep(t)
-    left = [n for n in fh.netns_list() if fh.NS_RE.match(n) and fh.NS_RE.match(n).group(2) in tags]
-    left += [d for d in os.listdir(tempfile.gettempdir())
-             if d.startswith(fh.TMP_PREFIX) and d[len(fh.TMP_PREFIX):].split("-", 1)[0] in tags]
-    if left:
-        print(f"FAIL: left behind: {left}")
-        return 1
-    print(f"fake hosts from the manifest: all checks passed in {time.time() - t_start:.1f} s")
-    return 0
+    return tu.run("fake hosts from the manifest", DEADLINE_S, {f"mfref{pid}", f"mf{pid}"}, body)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,7 @@ built, or inferd has no --peer-listen. The whole test is bounded by DEADLINE_S (
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -43,7 +40,11 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "multihost"))
 import fake_hosts as fh  # noqa: E402
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multihost_test_util as tu  # noqa: E402
+from multihost_test_util import check  # noqa: E402
+
+SKIP = tu.SKIP
 DEADLINE_S = 100         # the whole test (ctest's TIMEOUT is above it)
 PROMPTS = ("Who are you?", "Count from one to ten.", "What day comes after Monday?")
 GATEWAYS = (0, 1)        # host 2 has no gateway: it is the one faults hit
@@ -71,16 +72,6 @@ def bound(tokens):
 
 
 REQUEST_BOUND_S = bound(MAX_TOKENS)
-
-
-class Deadline(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print(f"ok: {what}", flush=True)
 
 
 def summary(st, j):
@@ -368,20 +359,10 @@ def faults(build, pid, want, want_long):
 
 
 def main():
-    build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
-    missing = [b for b in ("services/expertd/expertd", "services/inferd/inferd", "services/gateway/gateway",
-                           "tools/moe/moe") if not os.access(os.path.join(build, b), os.X_OK)]
-    if missing:
-        print(f"SKIP: not built in {build}: {', '.join(missing)}")
-        return SKIP
-    ok, why = fh.can_run()
-    if not ok:
-        print(f"SKIP: cannot make fake hosts on this machine: {why}")
-        return SKIP
-    r = subprocess.run([os.path.join(build, "services/inferd/inferd"), "--help"], capture_output=True, text=True,
-                       timeout=20)
-    if "--peer-listen" not in r.stdout + r.stderr or "--peer-suspect-ms" not in r.stdout + r.stderr:
-        print("SKIP: this inferd has no --peer-listen / --peer-suspect-ms (expert parallelism not built)")
+    build = tu.build_dir(sys.argv[1:])
+    why = tu.preflight(build, tu.SERVICES + ("tools/moe/moe",), inferd_flags=("--peer-listen", "--peer-suspect-ms"))
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
 
     global MOE_LAYERS, REQUEST_BOUND_S
@@ -392,33 +373,12 @@ def main():
         REQUEST_BOUND_S = bound(MAX_TOKENS)
     except (OSError, ValueError):
         pass
-
-    def on_alarm(*_):
-        raise Deadline(f"the test ran past {DEADLINE_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(DEADLINE_S)
     pid = os.getpid()
-    tags = {f"pfref{pid}", f"pf{pid}"}
-    t_start = time.time()
-    try:
+
+    def body():
         want, want_long = references(build, pid)
         faults(build, pid, want, want_long)
-    except (AssertionError, fh.HarnessError, Deadline) as e:
-        print(f"FAIL: {e}", flush=True)
-        return 1
-    finally:
-        signal.alarm(0)
-        for t in tags:
-            fh.sweep(t)
-        fh.sweep(None)
-    left = [n for n in fh.netns_list() if fh.NS_RE.match(n) and fh.NS_RE.match(n).group(2) in tags]
-    left += [d for d in os.listdir(tempfile.gettempdir())
-             if d.startswith(fh.TMP_PREFIX) and d[len(fh.TMP_PREFIX):].split("-", 1)[0] in tags]
-    if left:
-        print(f"FAIL: left behind: {left}")
-        return 1
-    print(f"peer faults: all checks passed in {time.time() - t_start:.1f} s")
-    return 0
+    return tu.run("peer faults", DEADLINE_S, {f"pfref{pid}", f"pf{pid}"}, body)
 
 
 if __name__ == "__main__":
