@@ -1,14 +1,13 @@
 #include "services/peer/ownership_map.h"
 
 #include <algorithm>
-#include <fstream>
 #include <numeric>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/json.h"
 #include "common/base/status.h"
+#include "common/base/text_file.h"
 
 namespace moe::peer {
 
@@ -90,11 +89,9 @@ absl::StatusOr<OwnershipMap> OwnershipMap::FromJson(const nlohmann::json& j) {
 }
 
 absl::StatusOr<OwnershipMap> OwnershipMap::Load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("ownership map ", path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = ParseJson(ss.str());
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("ownership map ", text.status().message()));
+  auto j = ParseJson(*text);
   if (!j.ok()) return absl::InvalidArgumentError(absl::StrCat("ownership map ", path, ": ", j.status().message()));
   auto m = FromJson(*j);
   if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", m.status().message()));

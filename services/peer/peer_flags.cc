@@ -2,14 +2,13 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "common/base/text_file.h"
 
 namespace moe::peer {
 
@@ -51,11 +50,9 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
     return absl::PermissionDeniedError(absl::StrCat("--peer-token-file ", path,
                                                     ": readable by group or others (chmod 600 it)"));
   }
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--peer-token-file ", path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t(absl::StripAsciiWhitespace(ss.str()));
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("--peer-token-file ", text.status().message()));
+  std::string t(absl::StripAsciiWhitespace(*text));
   if (t.size() < 16) {
     return absl::InvalidArgumentError(absl::StrCat("--peer-token-file ", path, ": token shorter than 16 characters"));
   }

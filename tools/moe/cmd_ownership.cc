@@ -7,14 +7,13 @@
 // the hottest --replicate-share of all experts replicated on every host.
 // Give every host of the group the same file and its own --host-index.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/atomic_file.h"
 #include "common/base/flags.h"
 #include "common/base/json.h"
+#include "common/base/text_file.h"
 #include "common/format/model_config.h"
 #include "services/inferd/engine_identity.h"
 #include "services/peer/ownership_map.h"
@@ -26,11 +25,9 @@ namespace moe::cli {
 namespace {
 
 absl::StatusOr<std::vector<std::vector<double>>> LoadHeat(const std::string& path, int layers, int experts) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--heat ", path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = ParseJson(ss.str());
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("--heat ", text.status().message()));
+  auto j = ParseJson(*text);
   if (!j.ok()) return absl::InvalidArgumentError(absl::StrCat("--heat ", path, ": ", j.status().message()));
   if (!j->is_object() || !j->contains("experts") || !(*j)["experts"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat("--heat ", path, ": no 'experts' list (moe heat --json's output)"));
