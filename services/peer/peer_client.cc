@@ -148,7 +148,7 @@ absl::StatusOr<std::unique_ptr<PeerClient>> PeerClient::Create(OwnershipMap map,
     auto h = std::make_unique<Host>();
     h->address = map.hosts[i];
     if (static_cast<int>(i) != opt.self) {
-      h->stub = ExpertPeer::NewStub(grpc::CreateCustomChannel(h->address, grpc::InsecureChannelCredentials(), args));
+      h->stub = ExpertPeer::NewStub(grpc::CreateCustomChannel(h->address, PeerChannelCredentials(opt.tls), args));
     }
     c->hosts_.push_back(std::move(h));
   }

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "common/expert_source/remote_experts.h"
 #include "services/peer/ownership_map.h"
+#include "services/peer/peer_tls.h"
 
 namespace moe::peer {
 
@@ -31,6 +32,7 @@ struct PeerClientOptions {
   int self = 0;                // this host's index in the map
   std::string token;           // the group's bearer token
   std::string model_identity;  // this engine's state identity (the owners must have the same)
+  PeerTls tls;                 // mTLS to the owners (disabled: plaintext + token)
   // A call's deadline: deadline + per_expert x its jobs (a cold owner reads
   // each of them from disk first: ~15 ms for a 21 MB record at 1.4 GB/s).
   std::chrono::milliseconds deadline{250};

@@ -33,6 +33,11 @@ void PeerFlags::Register(FlagSet& f) {
             "expert parallelism: an expert another host owns whose rows outweigh its record (long prefill chunks) "
             "is fetched from that host's memory (FetchExpert) instead of read from this host's disk; for networks "
             "faster than the local disk");
+  f.AddString("peer-tls-cert", &tls_cert,
+              "expert parallelism: this host's certificate (PEM), signed by --peer-tls-ca: the peer port and calls "
+              "to peers use mTLS (with --peer-tls-key, --peer-tls-ca; the token is still checked)");
+  f.AddString("peer-tls-key", &tls_key, "expert parallelism: the private key of --peer-tls-cert (PEM, mode 0600)");
+  f.AddString("peer-tls-ca", &tls_ca, "expert parallelism: the group's CA certificate (PEM): peers must present one it signed");
   f.AddInt("peer-max-rows", &max_rows, "expert parallelism: (row, expert) pairs this host computes for peers at once");
 }
 
@@ -71,6 +76,7 @@ absl::StatusOr<std::unique_ptr<PeerNode>> StartPeerNode(const PeerFlags& f, Mode
         "--peer-deadline-ms >= 1, --peer-deadline-per-expert-ms >= 0, --peer-suspect-ms >= 0, --peer-max-rows >= 1");
   }
   MOE_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(f.token_file));
+  MOE_ASSIGN_OR_RETURN(PeerTls tls, LoadPeerTls(f.tls_cert, f.tls_key, f.tls_ca));
   MOE_ASSIGN_OR_RETURN(OwnershipMap map, OwnershipMap::Load(f.map_file));
   const ModelConfig& c = model.config();
   if (absl::Status st = map.CheckModel(weights_identity, MoeLayers(c), c.n_routed_experts); !st.ok()) {
@@ -89,6 +95,7 @@ absl::StatusOr<std::unique_ptr<PeerNode>> StartPeerNode(const PeerFlags& f, Mode
   co.self = static_cast<int>(f.host_index);
   co.token = token;
   co.model_identity = state_identity;
+  co.tls = tls;
   co.deadline = std::chrono::milliseconds(f.deadline_ms);
   co.per_expert = std::chrono::milliseconds(f.deadline_per_expert_ms);
   co.suspect_for = std::chrono::milliseconds(f.suspect_ms);
@@ -108,6 +115,7 @@ absl::StatusOr<std::unique_ptr<PeerNode>> StartPeerNode(const PeerFlags& f, Mode
   so.epoch = epoch;
   so.max_rows_in_flight = f.max_rows;
   so.record_crc = crc;
+  so.tls = std::move(tls);
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<PeerNode> node, PeerNode::Start(&model, std::move(client), f.listen, so));
   model.set_remote_experts(node->client());
   MOE_LOG(INFO) << "peer: host " << f.host_index << " of " << owned.size() << " (epoch " << epoch << "), owns "

@@ -28,6 +28,7 @@ struct PeerFlags {
   int64_t suspect_ms = 10000;
   int64_t max_rows = 8192;
   bool fetch_weights = false;
+  std::string tls_cert, tls_key, tls_ca;
 
   void Register(FlagSet& f);
   bool enabled() const { return !listen.empty() || !map_file.empty(); }

@@ -136,9 +136,11 @@ absl::StatusOr<std::unique_ptr<PeerNode>> PeerNode::Start(const Model* model, st
     if (listen.rfind("unix:", 0) == 0) {
       return absl::InvalidArgumentError("peer server: --peer-listen takes HOST:PORT (peers are other hosts)");
     }
+    const bool tls = server_opt.tls.enabled();
+    std::shared_ptr<grpc::ServerCredentials> creds = PeerServerCredentials(server_opt.tls);
     node->service_ = std::make_unique<PeerService>(model, std::move(server_opt));
     grpc::ServerBuilder b;
-    b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &node->port_);
+    b.AddListeningPort(listen, creds, &node->port_);
     b.RegisterService(node->service_.get());
     b.SetMaxReceiveMessageSize(256 << 20);
     b.SetMaxSendMessageSize(256 << 20);
@@ -146,7 +148,8 @@ absl::StatusOr<std::unique_ptr<PeerNode>> PeerNode::Start(const Model* model, st
     if (!node->server_ || node->port_ == 0) {
       return absl::UnavailableError(absl::StrCat("peer server: cannot listen on ", listen));
     }
-    MOE_LOG(INFO) << "peer: serving RunExperts on " << listen << " (port " << node->port_ << ")";
+    MOE_LOG(INFO) << "peer: serving RunExperts on " << listen << " (port " << node->port_ << ", "
+                  << (tls ? "mTLS" : "plaintext TCP") << " + bearer token)";
   }
   return node;
 }

@@ -21,6 +21,7 @@
 #include "common/model/model.h"
 #include "proto/peer.grpc.pb.h"
 #include "services/peer/peer_client.h"
+#include "services/peer/peer_tls.h"
 
 namespace moe::peer {
 
@@ -30,6 +31,7 @@ struct PeerServerOptions {
   uint64_t epoch = 0;
   int64_t max_rows_in_flight = 8192;  // (row, expert) pairs computing at once, all callers
   std::function<uint32_t(int layer, int expert)> record_crc;  // 0: unknown
+  PeerTls tls;  // mTLS: only peers with a certificate of the group's CA connect (disabled: plaintext + token)
 };
 
 struct PeerServerStats {

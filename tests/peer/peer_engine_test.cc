@@ -17,6 +17,7 @@
 #include "services/peer/peer_client.h"
 #include "services/peer/peer_flags.h"
 #include "services/peer/peer_server.h"
+#include "services/peer/peer_tls.h"
 #include "services/peer/wire.h"
 
 namespace moe::peer {
@@ -47,8 +48,9 @@ std::function<uint32_t(int, int)> Crcs(const Engine& e) {
   return [c](int l, int x) { return c->FindExpert(l, x)->crc; };
 }
 
-std::unique_ptr<PeerNode> Serve(Host& h, uint64_t epoch = 1, int64_t max_rows = 8192) {
+std::unique_ptr<PeerNode> Serve(Host& h, uint64_t epoch = 1, int64_t max_rows = 8192, PeerTls tls = {}) {
   PeerServerOptions so;
+  so.tls = std::move(tls);
   so.token = kToken;
   so.model_identity = h.identity;
   so.epoch = epoch;
@@ -270,6 +272,68 @@ TEST_F(PeerEngine, FetchedWeightsAreBitIdenticalAndForeignOnesFallBack) {
     }
   }
   EXPECT_GT(nb->service()->stats().fetches, 0);
+}
+
+// tests/data/peer_tls: a CA, host.pem/key signed by it (SAN 127.0.0.1), other.pem/key signed by another CA.
+PeerTls TestTls(const std::string& name) {
+  const std::string dir = std::string(MOE_SOURCE_DIR) + "/tests/data/peer_tls/";
+  const std::string key = ::testing::TempDir() + "/peer_tls_" + name + ".key";  // a checkout's 0644 -> 0600
+  std::filesystem::copy_file(dir + name + ".key", key, std::filesystem::copy_options::overwrite_existing);
+  ::chmod(key.c_str(), 0600);
+  auto t = LoadPeerTls(dir + name + ".pem", key, dir + "ca.pem");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+TEST_F(PeerEngine, MutualTlsAdmitsTheGroupsCertificatesOnly) {
+  auto nb = Serve(*b_, 1, 8192, TestTls("host"));
+  struct Case {
+    const char* what;
+    PeerTls tls;
+    bool admitted;
+  };
+  std::vector<Case> cases = {{"the group's certificate", TestTls("host"), true},
+                             {"plaintext to an mTLS port", PeerTls{}, false},
+                             {"a certificate of another CA", TestTls("other"), false}};
+  for (Case& c : cases) {
+    PeerClientOptions co;
+    co.token = kToken;
+    co.model_identity = a_->identity;
+    co.deadline = std::chrono::milliseconds(5000);
+    co.suspect_for = std::chrono::milliseconds(0);
+    co.record_crc = Crcs(*a_->engine);
+    co.tls = c.tls;
+    auto client = PeerClient::Create(Map(*a_, {"127.0.0.1:1", Addr(nb->port())}), co);
+    ASSERT_TRUE(client.ok());
+    a_->engine->mutable_model().set_remote_experts(client->get());
+    const Outputs got = RunModel(*a_);
+    a_->engine->mutable_model().set_remote_experts(nullptr);
+    ExpectSame(*ref_, got, c.what);
+    const PeerClientStats st = (*client)->stats();
+    EXPECT_GT(st.remote_jobs, 0) << c.what;
+    if (c.admitted) {
+      EXPECT_EQ(st.failed_calls, 0) << c.what;
+    } else {
+      EXPECT_GT(st.failed_calls, 0) << c.what;
+      EXPECT_EQ(st.fallback_jobs, st.remote_jobs) << c.what;
+    }
+  }
+}
+
+TEST(PeerTlsFlags, AllOrNoneAPrivateKeyAndPem) {
+  const std::string dir = std::string(MOE_SOURCE_DIR) + "/tests/data/peer_tls/";
+  EXPECT_FALSE(LoadPeerTls("", "", "").value().enabled());
+  EXPECT_NE(LoadPeerTls(dir + "host.pem", "", dir + "ca.pem").status().message().find("all or none"),
+            std::string::npos);
+  const std::string open_key = ::testing::TempDir() + "/peer_tls_open.key";
+  std::filesystem::copy_file(dir + "host.key", open_key, std::filesystem::copy_options::overwrite_existing);
+  ::chmod(open_key.c_str(), 0644);
+  EXPECT_NE(LoadPeerTls(dir + "host.pem", open_key, dir + "ca.pem").status().message().find("chmod 600"),
+            std::string::npos);
+  ::chmod(open_key.c_str(), 0600);
+  EXPECT_NE(LoadPeerTls(dir + "host.pem", open_key, kModel + "/config.json").status().message().find("not a PEM"),
+            std::string::npos);
+  EXPECT_TRUE(LoadPeerTls(dir + "host.pem", open_key, dir + "ca.pem").ok());
 }
 
 // A peer that answers late, or with another model's bytes.
