@@ -1,14 +1,12 @@
 #include "services/peer/peer_flags.h"
 
-#include <sys/stat.h>
-
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/base/text_file.h"
+#include "services/peer/peer_tls.h"
 
 namespace moe::peer {
 
@@ -49,12 +47,7 @@ std::vector<bool> MoeLayers(const ModelConfig& c) {
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("--peer-token-file ", path, ": cannot stat"));
-  if ((st.st_mode & 077) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("--peer-token-file ", path,
-                                                    ": readable by group or others (chmod 600 it)"));
-  }
+  MOE_RETURN_IF_ERROR(CheckPrivateFile(path, "--peer-token-file"));
   absl::StatusOr<std::string> text = ReadTextFile(path);
   if (!text.ok()) return absl::NotFoundError(absl::StrCat("--peer-token-file ", text.status().message()));
   std::string t(absl::StripAsciiWhitespace(*text));

@@ -11,11 +11,7 @@ namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag, bool secret) {
   if (secret) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(flag, " ", path, ": cannot stat"));
-    if ((st.st_mode & 077) != 0) {
-      return absl::PermissionDeniedError(absl::StrCat(flag, " ", path, ": readable by group or others (chmod 600 it)"));
-    }
+    if (absl::Status st = CheckPrivateFile(path, flag); !st.ok()) return st;
   }
   absl::StatusOr<std::string> text = ReadTextFile(path);
   if (!text.ok()) return absl::NotFoundError(absl::StrCat(flag, " ", text.status().message()));
@@ -26,6 +22,15 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag, b
 }
 
 }  // namespace
+
+absl::Status CheckPrivateFile(const std::string& path, const char* flag) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(flag, " ", path, ": cannot stat"));
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(flag, " ", path, ": readable by group or others (chmod 600 it)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<PeerTls> LoadPeerTls(const std::string& cert, const std::string& key, const std::string& ca) {
   const int given = !cert.empty() + !key.empty() + !ca.empty();

@@ -19,6 +19,10 @@ struct PeerTls {
   bool enabled() const { return !cert_pem.empty(); }
 };
 
+// OK when `path` exists and neither group nor others may read it (a key, a
+// token); else NotFound / PermissionDenied naming `flag` and the path.
+absl::Status CheckPrivateFile(const std::string& path, const char* flag);
+
 // Reads the three PEM files (all or none: empty paths give a disabled PeerTls).
 // Refuses a key file that group or others may read, and files that are not PEM.
 absl::StatusOr<PeerTls> LoadPeerTls(const std::string& cert, const std::string& key, const std::string& ca);
