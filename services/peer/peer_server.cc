@@ -55,7 +55,17 @@ grpc::Status PeerService::FetchExpert(grpc::ServerContext* ctx, const FetchExper
     return Refuse(grpc::StatusCode::INVALID_ARGUMENT,
                   absl::StrCat("peer: no routed expert (layer ", req->layer(), ", id ", req->expert(), ")"));
   }
-  absl::StatusOr<ExpertLease> lease = model_->expert_source().Get(req->layer(), req->expert());
+  // Fetched for a peer's prefill chunk: streamed without displacing this host's decode working set.
+  absl::StatusOr<ExpertLease> lease = absl::UnknownError("not fetched");
+  const int one[1] = {req->expert()};
+  absl::Status got = model_->expert_source().GetEach(
+      req->layer(), one,
+      [&](size_t, ExpertLease l) {
+        lease = std::move(l);
+        return absl::OkStatus();
+      },
+      FetchUse::kPrefill);
+  if (!got.ok()) lease = got;
   if (!lease.ok()) return Refuse(grpc::StatusCode::UNAVAILABLE, absl::StrCat("peer: ", lease.status().message()));
   const uint32_t crc = opt_.record_crc ? opt_.record_crc(req->layer(), req->expert()) : 0;
   if (!StreamExpert(lease->weights(), crc,
