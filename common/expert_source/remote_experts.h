@@ -3,9 +3,9 @@
 //
 // Moving a 21 MB GLM-5 expert costs ~900x the bytes of sending the 12 KB row
 // that needs it to the host that holds it and getting its 12 KB output back,
-// so decode sends activations to experts. The engine (Model::Moe) asks
-// IsRemote for each routed expert of a layer, Starts one call with the
-// layer's input rows for those that are, computes its own experts meanwhile,
+// so decode sends activations to experts. The engine (Model::Moe) asks Place
+// for each routed expert of a layer, Starts one call with the layer's input
+// rows for the kRemote ones, computes its own experts meanwhile,
 // and then combines every (row, slot) output itself in slot order. A remote
 // output is R(expert(x)) exactly as this host would compute it (same weights,
 // numerics and kernels: the hosts' identities must match), so the result is
@@ -56,7 +56,7 @@ class RemoteExperts {
   // The owner's stored weights of (layer, expert) (kFetch), or an error:
   // the caller then reads them from its own source (the fallback).
   virtual absl::StatusOr<ExpertLease> FetchWeights(int layer, int expert) = 0;
-  // Starts the calls for `jobs` (IsRemote experts of one layer; x is the
+  // Starts the calls for `jobs` (kRemote experts of one layer; x is the
   // layer's MoE input [S, H], f32) and returns at once; x and jobs must stay
   // valid until Wait returns.
   virtual std::unique_ptr<RemoteExpertCall> Start(int layer, const float* x, int64_t S, int64_t H,

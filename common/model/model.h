@@ -191,6 +191,9 @@ class Model {
   // for a layer without routed experts, an expert or row out of range.
   absl::Status RunExperts(int layer, const float* x, int64_t n_rows, std::span<const RemoteExpertJob> jobs,
                           std::vector<std::vector<float>>& outputs) const;
+  // OK when (layer, expert) is a routed expert of this model (an MoE layer or
+  // the MTP layer); InvalidArgument naming which part is out of range.
+  absl::Status CheckRoutedExpert(int layer, int expert) const;
 
   // Runs `ids` at positions cache.length() ... and appends them to `cache`.
   // Returns logits (and final-normed hidden states) of every row when

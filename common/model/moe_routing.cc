@@ -52,8 +52,13 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   std::vector<float> logits(S * E);
   Mm(lw.router.m, x, S, logits.data());
   Trace(absl::StrCat("layers.", lw.index, ".router.logits"), logits.data(), S * E);
-  std::vector<std::vector<std::pair<int, float>>> routes(S);  // (expert, weight)
-  std::vector<int> users(E, 0);
+  // Each expert's uses in this batch, in (row, slot) order: its rows (ascending),
+  // their slot s * K + k and routing weight. Derived once; every path reads it.
+  struct Uses {
+    std::vector<int64_t> rows, slots;
+    std::vector<float> weights;
+  };
+  std::vector<Uses> uses(E);
   std::vector<uint8_t> decode_use(E, 0);  // some decode row uses it (else only prefill rows: FetchUse::kPrefill)
   for (int64_t s = 0; s < S; ++s) {
     std::vector<float> sc(E);
@@ -67,8 +72,10 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     for (int k = 0; k < K; ++k) {
       if (c.norm_topk_prob) w[k] /= (sum + 1e-20f);
       w[k] *= static_cast<float>(c.routed_scaling_factor);
-      routes[s].push_back({idx[k], w[k]});
-      ++users[idx[k]];
+      Uses& u = uses[idx[k]];
+      u.rows.push_back(s);
+      u.slots.push_back(s * K + k);
+      u.weights.push_back(w[k]);
       if (prefill.empty() || !prefill[s]) decode_use[idx[k]] = 1;
     }
     if (route_tap_) route_tap_(layer_id, pos[s], std::span<const int>(idx.data(), idx.size()));
@@ -84,8 +91,9 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   std::vector<RemoteExpertJob> remote_jobs;
   std::vector<size_t> remote_idx, fetch_idx;  // into wanted: computed on the owner / with its weights here
   for (int e = 0; e < E; ++e) {
-    if (!users[e]) continue;
-    const auto where = remote_ != nullptr ? remote_->Place(layer_id, e, users[e]) : RemoteExperts::Placement::kLocal;
+    if (uses[e].rows.empty()) continue;
+    const int64_t n_rows = static_cast<int64_t>(uses[e].rows.size());
+    const auto where = remote_ != nullptr ? remote_->Place(layer_id, e, n_rows) : RemoteExperts::Placement::kLocal;
     if (where == RemoteExperts::Placement::kFetch) {
       fetch_idx.push_back(wanted.size());
       wanted.push_back({layer_id, e});
@@ -93,14 +101,7 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
     }
     if (where == RemoteExperts::Placement::kRemote) {
       remote_idx.push_back(wanted.size());
-      RemoteExpertJob job;
-      job.expert = e;
-      for (int64_t s = 0; s < S; ++s) {
-        for (int k = 0; k < K; ++k) {
-          if (routes[s][k].first == e) job.rows.push_back(s);
-        }
-      }
-      remote_jobs.push_back(std::move(job));
+      remote_jobs.push_back({e, uses[e].rows});
       wanted.push_back({layer_id, e});
       continue;
     }
@@ -134,17 +135,12 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   // hits first, misses as their reads land) and writes only its own slots,
   // so the arrival order never changes the result; nor does where it ran.
   std::vector<float> slot(S * K * H, 0.0f);
-  // Writes expert `e`'s outputs y [rows of e, H] (rows ascending) into its slots.
+  // Writes expert `e`'s outputs y [its rows, H] into its slots.
   auto place = [&](int e, const float* y) {
-    int64_t i = 0;
-    for (int64_t s = 0; s < S; ++s) {
-      for (int k = 0; k < K; ++k) {
-        if (routes[s][k].first != e) continue;
-        float* dst = slot.data() + (s * K + k) * H;
-        const float w = routes[s][k].second;
-        for (int64_t d = 0; d < H; ++d) dst[d] = y[i * H + d] * w;
-        ++i;
-      }
+    const Uses& u = uses[e];
+    for (size_t i = 0; i < u.rows.size(); ++i) {
+      float* dst = slot.data() + u.slots[i] * H;
+      for (int64_t d = 0; d < H; ++d) dst[d] = y[i * H + d] * u.weights[i];
     }
   };
   // expert_fetch: the time GetEach blocked, i.e. its wall time minus the
@@ -152,17 +148,11 @@ absl::Status Model::Moe(const LayerWeights& lw, int layer_id, const float* x, in
   using Clock = std::chrono::steady_clock;
   const Clock::time_point fetch_t0 = Clock::now();
   double in_ready_s = 0;
-  std::vector<int64_t> rows;
   std::vector<float> y;
   auto compute = [&](size_t index, ExpertLease lease) -> absl::Status {
     const Clock::time_point ready_t0 = Clock::now();
     const ExpertKey key = wanted[index];
-    rows.clear();
-    for (int64_t s = 0; s < S; ++s) {
-      for (int k = 0; k < K; ++k) {
-        if (routes[s][k].first == key.expert) rows.push_back(s);
-      }
-    }
+    const std::vector<int64_t>& rows = uses[key.expert].rows;
     y.resize(rows.size() * H);
     MOE_RETURN_IF_ERROR(ExpertRows(key, lease.weights(), x, rows, y.data()));
     place(key.expert, y.data());
@@ -242,10 +232,8 @@ absl::Status Model::ExpertRows(const ExpertKey& key, const ExpertWeights& ew, co
   return absl::OkStatus();
 }
 
-absl::Status Model::RunExperts(int layer, const float* x, int64_t n_rows, std::span<const RemoteExpertJob> jobs,
-                               std::vector<std::vector<float>>& outputs) const {
+absl::Status Model::CheckRoutedExpert(int layer, int expert) const {
   const ModelConfig& c = config_;
-  const int64_t H = c.hidden_size;
   const bool is_mtp = layer == c.num_hidden_layers && has_mtp();
   if (layer < c.first_k_dense_replace || (layer >= c.num_hidden_layers && !is_mtp)) {
     return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " has no routed experts (MoE layers: ",
@@ -253,12 +241,19 @@ absl::Status Model::RunExperts(int layer, const float* x, int64_t n_rows, std::s
                                                    has_mtp() ? absl::StrCat(" and MTP ", c.num_hidden_layers) : "",
                                                    ")"));
   }
+  if (expert < 0 || expert >= c.n_routed_experts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert ", expert, " out of range (the model has ", c.n_routed_experts, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::RunExperts(int layer, const float* x, int64_t n_rows, std::span<const RemoteExpertJob> jobs,
+                               std::vector<std::vector<float>>& outputs) const {
+  const int64_t H = config_.hidden_size;
   std::vector<int> ids;
   for (const RemoteExpertJob& j : jobs) {
-    if (j.expert < 0 || j.expert >= c.n_routed_experts) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("expert ", j.expert, " out of range (the model has ", c.n_routed_experts, ")"));
-    }
+    MOE_RETURN_IF_ERROR(CheckRoutedExpert(layer, j.expert));
     for (int64_t r : j.rows) {
       if (r < 0 || r >= n_rows) {
         return absl::InvalidArgumentError(absl::StrCat("row ", r, " of expert ", j.expert, " out of range (",

@@ -60,11 +60,10 @@ absl::StatusOr<std::string> WeightsIdentity(const std::string& model_dir) {
   return absl::StrCat("checkpoint:", absl::Hex(h, absl::kZeroPad8), "/", ck->num_files(), "f/", total, "B");
 }
 
-absl::StatusOr<std::string> EngineStateIdentity(const std::string& model_dir, const EngineConfig& cfg,
-                                                const Engine& engine) {
+absl::StatusOr<std::string> EngineStateIdentity(const std::string& model_dir, const std::string& weights,
+                                                const EngineConfig& cfg, const Engine& engine) {
   uint64_t config_size = 0;
   MOE_ASSIGN_OR_RETURN(uint32_t config_crc, FileCrc(model_dir + "/config.json", &config_size));
-  MOE_ASSIGN_OR_RETURN(std::string weights, WeightsIdentity(model_dir));
   const ModelOptions& o = engine.model().options();
   const KvCache probe = engine.NewCache();
   const std::string_view experts = cfg.expert_format ? Name(*cfg.expert_format) : "stored";

@@ -27,7 +27,9 @@ namespace moe::inferd {
 // ownership map names its model by it (services/peer/ownership_map.h).
 absl::StatusOr<std::string> WeightsIdentity(const std::string& model_dir);
 
-absl::StatusOr<std::string> EngineStateIdentity(const std::string& model_dir, const EngineConfig& cfg,
-                                                const Engine& engine);
+// `weights` is WeightsIdentity(model_dir), computed once by the caller (an HF
+// checkpoint's costs a read of every shard).
+absl::StatusOr<std::string> EngineStateIdentity(const std::string& model_dir, const std::string& weights,
+                                                const EngineConfig& cfg, const Engine& engine);
 
 }  // namespace moe::inferd

@@ -73,8 +73,16 @@ SequenceModel::PeerCounters EngineModel::peer_counters() const {
   return c;
 }
 
+absl::StatusOr<std::string> EngineModel::WeightsIdentity() const {
+  std::call_once(weights_once_, [&] { weights_ = inferd::WeightsIdentity(model_dir_); });
+  return weights_;
+}
+
 absl::StatusOr<std::string> EngineModel::StateIdentity() const {
-  std::call_once(identity_once_, [&] { identity_ = EngineStateIdentity(model_dir_, cfg_, *engine_); });
+  std::call_once(identity_once_, [&] {
+    absl::StatusOr<std::string> w = WeightsIdentity();
+    identity_ = w.ok() ? EngineStateIdentity(model_dir_, *w, cfg_, *engine_) : w;
+  });
   return identity_;
 }
 

@@ -42,6 +42,8 @@ class EngineModel final : public SequenceModel {
   absl::Status Forward(std::span<Item> items) override;
   // Computed on the first call (an HF checkpoint's weights are read once for it).
   absl::StatusOr<std::string> StateIdentity() const override;
+  // Its weights part (engine_identity.h), computed once and shared with StateIdentity.
+  absl::StatusOr<std::string> WeightsIdentity() const;
   absl::StatusOr<std::string> SerializeState(const SeqState& state) const override;
   absl::StatusOr<std::unique_ptr<SeqState>> ParseState(std::string_view bytes,
                                                        const std::string& label) const override;
@@ -95,8 +97,8 @@ class EngineModel final : public SequenceModel {
   std::string name_;
   std::string model_dir_;
   EngineConfig cfg_;
-  mutable std::once_flag identity_once_;
-  mutable absl::StatusOr<std::string> identity_;
+  mutable std::once_flag identity_once_, weights_once_;
+  mutable absl::StatusOr<std::string> identity_, weights_;
   int64_t max_context_ = 0;
   int64_t kv_budget_ = 0, kv_per_token_ = 0;
   bool batched_forward_ = true;

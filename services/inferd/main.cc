@@ -61,7 +61,7 @@ class EngineFactory final : public moe::inferd::ModelFactory {
       // Expert parallelism: the experts other hosts own are computed there (docs/MULTIHOST.md).
       auto identity = (*m)->StateIdentity();
       if (!identity.ok()) return identity.status();
-      auto weights = moe::inferd::WeightsIdentity(engine_.model);
+      auto weights = (*m)->WeightsIdentity();
       if (!weights.ok()) return weights.status();
       auto node = moe::peer::StartPeerNode(peers_, (*m)->engine().mutable_model(), (*m)->engine().container(),
                                            *identity, *weights);

@@ -9,7 +9,7 @@
 // this host's (the hosts hold different bytes for that expert). A host that
 // fails is suspect for `suspect_for`: its experts run here meanwhile (no
 // step waits on a dead host more than once per period), then it is tried again.
-// Thread safety: IsRemote, Start and stats from any thread.
+// Thread safety: Place, FetchWeights, Start and stats from any thread.
 #pragma once
 
 #include <atomic>

@@ -48,12 +48,8 @@ grpc::Status PeerService::Admit(grpc::ServerContext* ctx, const std::string& ide
 grpc::Status PeerService::FetchExpert(grpc::ServerContext* ctx, const FetchExpertRequest* req,
                                       grpc::ServerWriter<ExpertChunk>* writer) {
   if (grpc::Status s = Admit(ctx, req->model_identity(), req->epoch()); !s.ok()) return s;
-  const ModelConfig& c = model_->config();
-  const bool mtp = req->layer() == c.num_hidden_layers && c.num_nextn_predict_layers > 0;
-  if (req->layer() < c.first_k_dense_replace || (req->layer() >= c.num_hidden_layers && !mtp) || req->expert() < 0 ||
-      req->expert() >= c.n_routed_experts) {
-    return Refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                  absl::StrCat("peer: no routed expert (layer ", req->layer(), ", id ", req->expert(), ")"));
+  if (absl::Status st = model_->CheckRoutedExpert(req->layer(), req->expert()); !st.ok()) {
+    return Refuse(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("peer: ", st.message()));
   }
   // Fetched for a peer's prefill chunk: streamed without displacing this host's decode working set.
   absl::StatusOr<ExpertLease> lease = absl::UnknownError("not fetched");

@@ -36,10 +36,10 @@ Host OpenHost() {
   auto e = Engine::Open(kModel, EngineConfig{});
   EXPECT_TRUE(e.ok()) << e.status();
   h.engine = std::move(*e);
-  auto id = inferd::EngineStateIdentity(kModel, EngineConfig{}, *h.engine);
+  h.weights = *inferd::WeightsIdentity(kModel);
+  auto id = inferd::EngineStateIdentity(kModel, h.weights, EngineConfig{}, *h.engine);
   EXPECT_TRUE(id.ok()) << id.status();
   h.identity = *id;
-  h.weights = *inferd::WeightsIdentity(kModel);
   return h;
 }
 
@@ -448,6 +448,38 @@ TEST_F(PeerServiceChecks, AnswersAGoodRequestAndRefusesBadOnesByName) {
         }
       },
       grpc::StatusCode::RESOURCE_EXHAUSTED, "would exceed 4 in flight");
+}
+
+TEST_F(PeerServiceChecks, FetchExpertStreamsAnExpertAndRefusesBadOnesByName) {
+  auto stub = ExpertPeer::NewStub(grpc::CreateChannel(Addr(node_->port()), grpc::InsecureChannelCredentials()));
+  const int layer = b_->engine->config().first_k_dense_replace;
+  auto fetch = [&](int l, int e, const std::string& token, int64_t* bytes) {
+    FetchExpertRequest q;
+    q.set_model_identity(b_->identity);
+    q.set_epoch(1);
+    q.set_layer(l);
+    q.set_expert(e);
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub->FetchExpert(&ctx, q);
+    ExpertChunk c;
+    *bytes = 0;
+    while (reader->Read(&c)) *bytes += static_cast<int64_t>(c.data().size());
+    return reader->Finish();
+  };
+  int64_t bytes = 0;
+  ASSERT_TRUE(fetch(layer, 3, kToken, &bytes).ok());
+  EXPECT_GT(bytes, 0);
+  for (auto [l, e, token, code, needle] :
+       {std::tuple{layer, 3, std::string(), grpc::StatusCode::UNAUTHENTICATED, "bearer token"},
+        std::tuple{0, 3, kToken, grpc::StatusCode::INVALID_ARGUMENT, "layer 0 has no routed experts"},
+        std::tuple{layer, 100000, kToken, grpc::StatusCode::INVALID_ARGUMENT, "expert 100000 out of range"}}) {
+    grpc::Status s = fetch(l, e, token, &bytes);
+    EXPECT_EQ(s.error_code(), code) << needle << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(needle), std::string::npos) << s.error_message();
+    EXPECT_EQ(bytes, 0);
+  }
 }
 
 TEST(PeerFlags, TokenFileMustBePrivateAndLong) {
