@@ -40,6 +40,8 @@ class EngineFactory final : public moe::inferd::ModelFactory {
     peers_.Register(f);
   }
   absl::StatusOr<std::unique_ptr<moe::inferd::SequenceModel>> Create() override {
+    // A peer flag without expert parallelism would be ignored: refused before anything loads.
+    if (absl::Status st = peers_.CheckUnused(); !st.ok()) return st;
     // Refuse at start what cannot fit (the budget, or the machine's available
     // memory), before anything is loaded; the in-process expert cache gets
     // what --ram-budget leaves.

@@ -39,6 +39,25 @@ void PeerFlags::Register(FlagSet& f) {
   f.AddInt("peer-max-rows", &max_rows, "expert parallelism: (row, expert) pairs this host computes for peers at once");
 }
 
+absl::Status PeerFlags::CheckUnused() const {
+  if (enabled()) return absl::OkStatus();
+  const PeerFlags d;
+  const char* given = !token_file.empty()                                 ? "--peer-token-file"
+                      : host_index != d.host_index                       ? "--host-index"
+                      : deadline_ms != d.deadline_ms                     ? "--peer-deadline-ms"
+                      : deadline_per_expert_ms != d.deadline_per_expert_ms ? "--peer-deadline-per-expert-ms"
+                      : suspect_ms != d.suspect_ms                       ? "--peer-suspect-ms"
+                      : max_rows != d.max_rows                           ? "--peer-max-rows"
+                      : fetch_weights                                    ? "--peer-fetch-weights"
+                      : !tls_cert.empty()                                ? "--peer-tls-cert"
+                      : !tls_key.empty()                                 ? "--peer-tls-key"
+                      : !tls_ca.empty()                                  ? "--peer-tls-ca"
+                                                                         : nullptr;
+  if (given == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(given, " acts only with --ownership-map or --peer-listen (expert parallelism is off)"));
+}
+
 std::vector<bool> MoeLayers(const ModelConfig& c) {
   std::vector<bool> v(c.num_hidden_layers + 1, false);
   for (int l = c.first_k_dense_replace; l < c.num_hidden_layers; ++l) v[l] = true;

@@ -32,6 +32,9 @@ struct PeerFlags {
 
   void Register(FlagSet& f);
   bool enabled() const { return !listen.empty() || !map_file.empty(); }
+  // When !enabled(): InvalidArgument naming a peer flag that was given anyway
+  // (it would be ignored); OK otherwise.
+  absl::Status CheckUnused() const;
 };
 
 // Which layers have routed experts, per the map's rows: 0 .. num_hidden_layers

@@ -482,6 +482,21 @@ TEST_F(PeerServiceChecks, FetchExpertStreamsAnExpertAndRefusesBadOnesByName) {
   }
 }
 
+TEST(PeerFlags, AFlagWithoutExpertParallelismIsRefusedByName) {
+  PeerFlags f;
+  EXPECT_TRUE(f.CheckUnused().ok());
+  f.host_index = 1;
+  EXPECT_NE(f.CheckUnused().message().find("--host-index acts only with --ownership-map"), std::string::npos);
+  f = PeerFlags{};
+  f.tls_ca = "ca.pem";
+  EXPECT_NE(f.CheckUnused().message().find("--peer-tls-ca"), std::string::npos);
+  f = PeerFlags{};
+  f.fetch_weights = true;
+  EXPECT_NE(f.CheckUnused().message().find("--peer-fetch-weights"), std::string::npos);
+  f.map_file = "map.json";  // on: StartPeerNode checks the rest
+  EXPECT_TRUE(f.CheckUnused().ok());
+}
+
 TEST(PeerFlags, TokenFileMustBePrivateAndLong) {
   const std::string dir = ::testing::TempDir() + "/peer_token";
   std::filesystem::create_directories(dir);
