@@ -1,5 +1,7 @@
 #include "services/peer/peer_server.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
 #include "services/peer/expert_stream.h"
@@ -88,10 +90,14 @@ grpc::Status PeerService::RunExperts(grpc::ServerContext* ctx, const RunExpertsR
   if (!x.ok()) return Refuse(grpc::StatusCode::INVALID_ARGUMENT, std::string(x.status().message()));
   std::vector<RemoteExpertJob> jobs(req->jobs_size());
   int64_t pairs = 0;
+  std::set<int> seen;
   for (int j = 0; j < req->jobs_size(); ++j) {
     const ExpertJob& ej = req->jobs(j);
     if (ej.rows_size() == 0) {
       return Refuse(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("peer: job ", j, " (expert ", ej.expert(), ") has no rows"));
+    }
+    if (!seen.insert(ej.expert()).second) {
+      return Refuse(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("peer: expert ", ej.expert(), " asked twice"));
     }
     jobs[j].expert = ej.expert();
     jobs[j].rows.assign(ej.rows().begin(), ej.rows().end());

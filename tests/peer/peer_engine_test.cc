@@ -437,6 +437,7 @@ TEST_F(PeerServiceChecks, AnswersAGoodRequestAndRefusesBadOnesByName) {
   expect([](auto& q) { q.mutable_jobs(0)->set_expert(100000); }, grpc::StatusCode::INVALID_ARGUMENT, "expert 100000");
   expect([](auto& q) { q.set_layer(0); }, grpc::StatusCode::INVALID_ARGUMENT, "layer 0 has no routed experts");
   expect([](auto& q) { q.clear_jobs(); }, grpc::StatusCode::INVALID_ARGUMENT, "no jobs");
+  expect([](auto& q) { *q.add_jobs() = q.jobs(0); }, grpc::StatusCode::INVALID_ARGUMENT, "expert 3 asked twice");
   // The bound (4 pairs in flight) refuses a call that alone exceeds it.
   expect(
       [](auto& q) {
