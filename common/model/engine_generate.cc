@@ -43,6 +43,8 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
   if (use_mtp) mtp.emplace(*model_, cfg_.kv_dtype, index_q8_);
   AutoChoosers choosers;  // --speculative auto: per source acceptance and draft time
   DepthChooser step_cost;  // forward seconds by rows fed
+  DraftGuard guard;        // auto: realized seconds per token, drafted vs plain steps
+  double step_seconds = -1;  // the last decode step's (drafting + forward); < 0: none yet
   DraftSource used = DraftSource::kNone;
   std::unordered_map<int32_t, int32_t> counts;  // generated tokens (penalties)
   const int64_t bytes0 = source_->Stats().bytes_read;
@@ -96,6 +98,9 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
       if (used != DraftSource::kNone) choosers.For(used).ObserveAcceptance(static_cast<int>(drafts.size()), a.accepted);
     }
     if (!prefill_token) r.spec.Record(static_cast<int>(drafts.size()), a.accepted, a.drawn);
+    if (step_seconds > 0 && spec.mode == SpecMode::kAuto) {
+      guard.Observe(1, drafts.empty() ? DraftSource::kNone : used, a.drawn, step_seconds);
+    }
     prefill_token = false;
     if (done) break;
     // Drafts: at most what the remaining tokens can use (a verify of k drafts yields up to k + 1).
@@ -105,12 +110,17 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
     if (mtp) {
       mtp_fn = [&](int kk) { return mtp->Draft(std::span<const int32_t>(history).first(history.size() - 1), next, kk); };
     }
-    MOE_ASSIGN_OR_RETURN(drafts, ProposeDrafts(spec.mode, room, history, mtp_fn, choosers, step_cost, 0, &used));
+    const double draft0 = Now();
+    const bool mtp_current = mtp && (r.tokens.size() <= 1 || cache.length() - mtp->cache().length() <= kMaxMtpCatchUp);
+    MOE_ASSIGN_OR_RETURN(drafts, ProposeDrafts(spec.mode, room, history, mtp_fn, choosers, step_cost, 0, &used,
+                                               {guard.Allow(1, DraftSource::kNgram),
+                                                mtp_current && guard.Allow(1, DraftSource::kMtp)}));
     std::vector<int32_t> feed{next};
     feed.insert(feed.end(), drafts.begin(), drafts.end());
     const double step0 = Now();
     MOE_ASSIGN_OR_RETURN(f, forward(feed, !drafts.empty()));
     step_cost.ObserveStep(static_cast<int64_t>(feed.size()), Now() - step0);
+    step_seconds = Now() - draft0;
   }
   cache.set_pending_token(r.tokens.empty() || r.stopped_at_eos ? -1 : r.tokens.back());
   r.decode_seconds = Now() - t0;

@@ -82,7 +82,17 @@ Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int
 absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
                                                    const MtpDraftFn& mtp, AutoChoosers& choosers,
                                                    const DepthChooser& costs, int64_t base_rows, DraftSource* used) {
+  return ProposeDrafts(mode, room, history, mtp, choosers, costs, base_rows, used, AllowedDrafters{});
+}
+
+absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
+                                                   const MtpDraftFn& mtp_fn, AutoChoosers& choosers,
+                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used,
+                                                   AllowedDrafters allowed) {
   *used = DraftSource::kNone;
+  if (mode == SpecMode::kAuto && !allowed.ngram && !allowed.mtp) return std::vector<int32_t>{};
+  const MtpDraftFn no_mtp;
+  const MtpDraftFn& mtp = mode == SpecMode::kAuto && !allowed.mtp ? no_mtp : mtp_fn;
   if (room < 1 || mode == SpecMode::kOff) return std::vector<int32_t>{};
   auto run_mtp = [&](int k) -> absl::StatusOr<std::vector<int32_t>> {
     const auto t0 = std::chrono::steady_clock::now();
@@ -101,6 +111,7 @@ absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std:
     return d;
   }
   // auto
+  if (!allowed.ngram) d.clear();
   const DepthChooser::Pick ng =
       d.empty() ? DepthChooser::Pick{} : choosers.ngram.Best(static_cast<int>(d.size()), base_rows, &costs);
   const DepthChooser::Pick mt = mtp ? choosers.mtp.Best(room, base_rows, &costs) : DepthChooser::Pick{};
@@ -183,6 +194,35 @@ DepthChooser::Pick DepthChooser::Best(int max_k, int64_t base_rows, const DepthC
   }
   best.gain = best_rate / rate0;
   return best;
+}
+
+bool DraftGuard::Allow(int64_t n, DraftSource source) const {
+  if (n < 1 || n >= static_cast<int64_t>(by_n_.size())) return false;  // no plain step at n yet
+  const Bucket& b = by_n_[n];
+  if (b.plain.last_step < 0 || step_ - b.plain.last_step > kFreshSteps) return false;
+  return source == DraftSource::kNone || step_ >= b.For(source).blocked_until;
+}
+
+void DraftGuard::Observe(int64_t n, DraftSource source, int64_t tokens, double seconds) {
+  if (n < 1 || tokens < 1 || seconds <= 0) return;
+  ++step_;
+  if (static_cast<int64_t>(by_n_.size()) <= n) by_n_.resize(n + 1);
+  Bucket& b = by_n_[n];
+  Side& side = b.For(source);
+  side.seconds = 0.9 * side.seconds + seconds;
+  side.tokens = 0.9 * side.tokens + static_cast<double>(tokens);
+  ++side.samples;
+  side.last_step = step_;
+  if (source == DraftSource::kNone || side.samples < kMinSamples || b.plain.samples < 1) return;
+  int64_t backoff = kFirstBackoff, blocked_until = -1;
+  if (side.SecondsPerToken() > b.plain.SecondsPerToken()) {
+    blocked_until = step_ + side.backoff;
+    backoff = std::min(kMaxBackoff, 2 * side.backoff);
+    ++blocks_;
+  }
+  side = Side{};  // the next verdict is on fresh drafted steps
+  side.blocked_until = blocked_until;
+  side.backoff = backoff;
 }
 
 }  // namespace moe

@@ -100,6 +100,60 @@ class DepthChooser {
   double draft_seconds_ = 0;             // per draft token (EMA)
 };
 
+// Which drafter proposed a sequence's drafts (kNone: no drafts, or forced tokens only).
+enum class DraftSource { kNone, kNgram, kMtp };
+
+// --speculative auto's safety net: the throughput actually realized. The
+// DepthChooser predicts from per-row step costs, which go stale and are noisy
+// (a step of 10 rows once measured faster than an old 8-row one looks like a
+// free draft); the guard compares what whole steps really delivered, seconds
+// per produced token (drafting, forward and drawing included), between steps
+// with drafts and plain steps of the same number of decoding sequences n, and
+// blocks that drafter at n while its steps are the slower ones. Each drafter
+// (prompt lookup, the MTP layer) is judged on its own: a step counts for MTP
+// when any of its drafts came from the MTP layer, else for lookup. Rules:
+//  * Allow(n, source) is false while no plain step at n was measured within
+//    the last kFreshSteps steps (take one: the reference is then fresh), and
+//    while (n, source) is blocked.
+//  * Observe(n, source, tokens, seconds) after each pure decode step (steps
+//    with prefill rows are not comparable and are not observed; kNone =
+//    plain). Each side keeps decayed sums of seconds and tokens (a ratio of
+//    sums: robust to one slow step). MTP steps count with the MTP layer's
+//    catch-up over the positions it skipped (a real cost of starting it: at 8
+//    demo-model sequences a probe's catch-ups cost more than its drafts gain).
+//    Once a drafter's side has kMinSamples since its last verdict and
+//    its seconds per token exceed the plain side's, (n, source) is blocked
+//    for a back-off (kFirstBackoff steps, doubling up to kMaxBackoff while the
+//    verdict repeats, reset when drafting wins); that side then starts over,
+//    so the probe after the back-off measures afresh.
+// So where no draft pays, auto loses at most the probes (a few steps per
+// back-off) and the plain step it takes every kFreshSteps; where drafts pay,
+// one plain step in kFreshSteps. Forced tokens are not guarded (always
+// accepted). One per worker loop / Generate call; not thread-safe.
+class DraftGuard {
+ public:
+  static constexpr int64_t kFreshSteps = 64, kMinSamples = 4, kFirstBackoff = 32, kMaxBackoff = 2048;
+  bool Allow(int64_t n, DraftSource source) const;
+  void Observe(int64_t n, DraftSource source, int64_t tokens, double seconds);
+  int64_t blocks() const { return blocks_; }  // verdicts against a drafter so far
+
+ private:
+  struct Side {
+    double seconds = 0, tokens = 0;  // decayed sums
+    int64_t samples = 0;             // since the last verdict
+    int64_t last_step = -1;
+    int64_t blocked_until = -1, backoff = kFirstBackoff;  // drafter sides
+    double SecondsPerToken() const { return tokens > 0 ? seconds / tokens : 0; }
+  };
+  struct Bucket {
+    Side plain, ngram, mtp;
+    Side& For(DraftSource s) { return s == DraftSource::kMtp ? mtp : s == DraftSource::kNgram ? ngram : plain; }
+    const Side& For(DraftSource s) const { return const_cast<Bucket*>(this)->For(s); }
+  };
+  std::vector<Bucket> by_n_;
+  int64_t step_ = 0, blocks_ = 0;
+};
+
 // The drafts of one step: `history` = every token of the sequence so far
 // (prompt, output, and the token about to be fed last); mtp(k) = up to k MTP
 // drafts (null: the sequence has none). ngram: prompt lookup; mtp: the MTP
@@ -107,9 +161,9 @@ class DepthChooser {
 // gain from the sequence's own choosers (per source: acceptance per position,
 // the MTP layer's time per draft) and `costs` (verify steps by rows fed;
 // base_rows: rows already in the step), none unless it pays; *used says which
-// source drafted (credit its chooser with the verify's acceptance).
+// source drafted (credit its chooser with the verify's acceptance). auto only:
+// `allowed` says which drafters the DraftGuard lets through this step.
 using MtpDraftFn = std::function<absl::StatusOr<std::vector<int32_t>>(int k)>;
-enum class DraftSource { kNone, kNgram, kMtp };
 struct AutoChoosers {
   DepthChooser ngram, mtp;
   DepthChooser& For(DraftSource s) { return s == DraftSource::kMtp ? mtp : ngram; }
@@ -117,5 +171,18 @@ struct AutoChoosers {
 absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
                                                    const MtpDraftFn& mtp, AutoChoosers& choosers,
                                                    const DepthChooser& costs, int64_t base_rows, DraftSource* used);
+struct AllowedDrafters {
+  bool ngram = true, mtp = true;
+};
+// auto offers MTP drafts to a sequence only while its MTP drafter is at most
+// this many positions behind it (or on its first decode step, whose catch-up is
+// the prompt's, paid once): starting the MTP layer late means running it over
+// every position it skipped, which at 8 demo-model sequences cost more than
+// the drafts gained (docs/BENCHMARKS.md "speculative decoding").
+inline constexpr int64_t kMaxMtpCatchUp = 32;
+absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
+                                                   const MtpDraftFn& mtp, AutoChoosers& choosers,
+                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used,
+                                                   AllowedDrafters allowed);
 
 }  // namespace moe

@@ -134,7 +134,10 @@ void Batcher::Loop() {
     const bool running = Admit(&out);
     deliver();
     if (!running) return;
-    if (active_.empty()) continue;
+    if (active_.empty()) {
+      guard_pending_.valid = false;  // an idle wait is not a step's cost
+      continue;
+    }
     StartNewSequences();
     if (passes_on_) {
       // A layer-major pass over the long prompts: one slice of it, then a
@@ -143,10 +146,30 @@ void Batcher::Loop() {
       if (pass_) AdvancePassSlice(&out);
       deliver();
     }
+    // auto's DraftGuard sees the whole loop period of a pure decode step (planning with its drafts,
+    // the forward, drawing, and delivering the tokens up to the next step), observed here at the next
+    // step's start: what a client gets per step, including the per-step serving costs drafts amortize.
+    const auto step0 = std::chrono::steady_clock::now();
+    if (guard_pending_.valid) {
+      const GuardPending& p = guard_pending_;
+      const double period = std::chrono::duration<double>(step0 - p.start).count();
+      // The chooser's step cost by rows: the period less the MTP drafting (the chooser counts that per draft).
+      step_cost_.ObserveStep(p.rows, period - p.draft_seconds);
+      if (config_.spec.mode == SpecMode::kAuto && !p.has_prefill) {
+        draft_guard_.Observe(p.decode_seqs, p.drafter, p.produced, period);
+      }
+    }
+    guard_pending_.valid = false;
     Step step = PlanOneStep(&logits);
     if (step.items.empty()) continue;  // everybody is in the pass
     const absl::Status st = Execute(step);
     FeedBack(step, st, logits, &out);
+    if (st.ok()) {
+      int64_t rows = 0;
+      for (const auto& it : step.items) rows += static_cast<int64_t>(it.tokens.size());
+      guard_pending_ = {true, step0, rows, step.decode_seqs, step.has_prefill, step.drafter, step.produced,
+                        step.draft_seconds};
+    }
     deliver();
   }
 }
@@ -246,11 +269,28 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
   int64_t planned = plan.total_tokens;
   size_t sampling = 0;
   for (const auto& e : plan.entries) {
+    if (in[e.index].prefill_remaining == 0) {
+      ++step.decode_seqs;
+    } else {
+      step.has_prefill = true;
+    }
+  }
+  // auto drafts only in pure decode steps: a step carrying a prompt chunk is the chunk's cost, where a
+  // draft row can neither be judged (the guard does not observe such steps) nor gain much.
+  const bool guessing = !step.has_prefill;
+  const AllowedDrafters allowed{guessing && draft_guard_.Allow(step.decode_seqs, DraftSource::kNgram),
+                                guessing && draft_guard_.Allow(step.decode_seqs, DraftSource::kMtp)};
+  for (const auto& e : plan.entries) {
     Seq& s = *active_[e.index];
     s.drafts.clear();
     if (in[e.index].prefill_remaining == 0) {
-      s.drafts = Drafts(s, planned);
+      const auto d0 = std::chrono::steady_clock::now();
+      s.drafts = Drafts(s, planned, allowed);
+      if (s.used == DraftSource::kMtp) {
+        step.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+      }
       planned += static_cast<int64_t>(s.drafts.size());
+      if (s.used != DraftSource::kNone && !s.drafts.empty() && step.drafter != DraftSource::kMtp) step.drafter = s.used;
     }
     sampling += e.samples ? 1 + s.drafts.size() : 0;
   }
@@ -289,11 +329,7 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
 // Execute: one Forward over every planned row.
 absl::Status Batcher::Execute(Step& step) {
   const int64_t fetches0 = model_->expert_fetches();
-  const auto t0 = std::chrono::steady_clock::now();
   const absl::Status st = model_->Forward(step.items);
-  int64_t rows = 0;
-  for (const auto& it : step.items) rows += static_cast<int64_t>(it.tokens.size());
-  step_cost_.ObserveStep(rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (fetches0 >= 0) {
     const int64_t d = model_->expert_fetches() - fetches0;
     std::lock_guard<std::mutex> lock(mu_);
@@ -306,7 +342,7 @@ absl::Status Batcher::Execute(Step& step) {
 // Feed back: sample each sampling row, stream its token, finish sequences at a
 // stop token or their length (their KV goes to the prefix cache); a failed
 // step ends every sequence in it with the error.
-void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out) {
+void Batcher::FeedBack(Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out) {
   const int32_t V = model_->vocab_size();
   if (!st.ok()) {
     MOE_LOG(ERROR) << "step failed: " << st.ToString();
@@ -388,6 +424,7 @@ void Batcher::FeedBack(const Step& step, const absl::Status& st, const std::vect
     auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
     stats_.generated += produced;
+    step.produced = produced;
     rate_window_.emplace_back(now, stats_.generated);
     while (rate_window_.size() > 2 && now - rate_window_.front().first > std::chrono::seconds(5)) {
       rate_window_.pop_front();

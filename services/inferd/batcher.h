@@ -53,6 +53,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -216,6 +217,11 @@ class Batcher {
     StepPlan plan;
     std::vector<SequenceModel::Item> items;
     std::vector<std::vector<int32_t>> tokens;
+    int64_t decode_seqs = 0;   // entries decoding (not prefilling)
+    bool has_prefill = false;  // some entry feeds a prompt chunk
+    DraftSource drafter = DraftSource::kNone;  // kMtp: some entry feeds MTP drafts; else kNgram: lookup ones
+    int64_t produced = 0;      // tokens drawn (FeedBack)
+    double draft_seconds = 0;  // spent running the MTP layer for this step's drafts
   };
   using Deliveries = std::vector<std::pair<SeqCallback, SeqOutput>>;
 
@@ -226,7 +232,7 @@ class Batcher {
   void StartNewSequences();
   Step PlanOneStep(std::vector<float>* logits);
   absl::Status Execute(Step& step);
-  void FeedBack(const Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out);
+  void FeedBack(Step& step, const absl::Status& st, const std::vector<float>& logits, Deliveries* out);
   void EndSeq(Seq& s, EndReason why, absl::Status error, Deliveries* out);
   // Planned prefill (batcher_pass.cc): whether a prompt goes in passes, start
   // a pass over the waiting long prompts, run it for one slice (finishing it
@@ -240,7 +246,8 @@ class Batcher {
   Step PassStep();
   // Speculation (batcher_spec.cc): the drafts s feeds after its pending token
   // this step (base_rows: rows already planned), and the rows' draws.
-  std::vector<int32_t> Drafts(Seq& s, int64_t base_rows);
+  // allowed: the drafters auto may use this step (the DraftGuard's verdict); forced tokens always are.
+  std::vector<int32_t> Drafts(Seq& s, int64_t base_rows, AllowedDrafters allowed);
   // Draws row `row` of s's verify; the token, or -1 when s ends with it (*ended
   // says why: stop / length; *error set on a constraint violation).
   struct DrawCtx {
@@ -268,6 +275,17 @@ class Batcher {
   bool passes_on_ = false;      // config_.prefill_pass_rows > 0 and the model runs passes
   std::unique_ptr<PassRun> pass_;  // loop thread (Admit abandons it under mu_)
   DepthChooser step_cost_;  // loop thread: step seconds by rows (auto's cost side)
+  DraftGuard draft_guard_;  // loop thread: auto's check of realized seconds per token, drafted vs plain
+  // loop thread: the last step, observed at the next one's start (its whole loop period is its cost)
+  struct GuardPending {
+    bool valid = false;
+    std::chrono::steady_clock::time_point start;
+    int64_t rows = 0, decode_seqs = 0;
+    bool has_prefill = false;
+    DraftSource drafter = DraftSource::kNone;
+    int64_t produced = 0;
+    double draft_seconds = 0;
+  } guard_pending_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rate_window_;
   std::thread thread_;
 };

@@ -8,7 +8,7 @@
 
 namespace moe::inferd {
 
-std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows) {
+std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows, AllowedDrafters allowed) {
   const SpecOptions& o = config_.spec;
   s.used = DraftSource::kNone;
   if (o.mode == SpecMode::kOff || !model_->can_rollback()) return {};
@@ -35,7 +35,8 @@ std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows) {
   if (model_->has_mtp_drafts()) {
     mtp = [&](int kk) { return model_->DraftMtp(*s.state, s.fed, s.pending, kk); };
   }
-  auto got = ProposeDrafts(o.mode, room, history, mtp, s.choosers, step_cost_, base_rows - 1, &s.used);
+  if (allowed.mtp && s.generated.size() > 1 && model_->MtpBehind(*s.state) > kMaxMtpCatchUp) allowed.mtp = false;
+  auto got = ProposeDrafts(o.mode, room, history, mtp, s.choosers, step_cost_, base_rows - 1, &s.used, allowed);
   if (!got.ok()) {
     // A failed draft costs the sequence its drafts for this step, never its output.
     MOE_LOG(WARNING) << "drafts for " << s.req.id << ": " << got.status();

@@ -211,6 +211,11 @@ absl::StatusOr<std::vector<int32_t>> EngineModel::DraftMtp(SeqState& state, std:
   return s.mtp->Draft(tokens, next, k);
 }
 
+int64_t EngineModel::MtpBehind(const SeqState& state) const {
+  const auto& s = static_cast<const EngineState&>(state);
+  return s.mtp ? std::max<int64_t>(0, s.cache.length() - s.mtp->cache().length()) : 0;
+}
+
 absl::StatusOr<std::unique_ptr<SeqState>> EngineModel::Clone(const SeqState& state, int64_t n) {
   const auto& src = static_cast<const EngineState&>(state);
   if (n < 0 || n > src.length()) return absl::InvalidArgumentError("clone beyond the cached tokens");

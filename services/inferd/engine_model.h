@@ -85,6 +85,7 @@ class EngineModel final : public SequenceModel {
   bool has_mtp_drafts() const override { return mtp_drafts_; }
   absl::StatusOr<std::vector<int32_t>> DraftMtp(SeqState& state, std::span<const int32_t> tokens, int32_t next,
                                                 int k) override;
+  int64_t MtpBehind(const SeqState& state) const override;
   // InvalidArgument when the model has no MTP layer.
   absl::Status set_mtp_drafts(bool on) override;
 

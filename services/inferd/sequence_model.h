@@ -122,6 +122,8 @@ class SequenceModel {
                                                         int32_t next, int k) {
     return std::vector<int32_t>{};
   }
+  // Positions the state's MTP drafter would have to catch up on before its next draft (0: current or none).
+  virtual int64_t MtpBehind(const SeqState& state) const { return 0; }
   // Passes: how many rows of activations `budget_bytes` holds (0: this model
   // runs no passes; the batcher then feeds prompts in chunks), and the pass
   // itself: Begin checks and embeds (as Forward would), Advance runs up to

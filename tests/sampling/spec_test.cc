@@ -181,5 +181,56 @@ TEST(ProposeDrafts, ModesPickTheirSource) {
   EXPECT_EQ(used, DraftSource::kNgram);
 }
 
+TEST(DraftGuard, BlocksADrafterWhoseStepsDeliverLessAndProbesAgain) {
+  constexpr DraftSource kPlain = DraftSource::kNone, kMtp = DraftSource::kMtp, kNgram = DraftSource::kNgram;
+  DraftGuard g;
+  // No plain step at n measured yet: drafting waits for the reference.
+  EXPECT_FALSE(g.Allow(1, kMtp));
+  g.Observe(1, kPlain, 1, 1.0);
+  EXPECT_TRUE(g.Allow(1, kMtp));
+  EXPECT_FALSE(g.Allow(8, kMtp));  // each number of sequences has its own reference
+  // MTP steps at 1.2 s per token against plain steps at 1.0: blocked after kMinSamples.
+  for (int i = 0; i < DraftGuard::kMinSamples - 1; ++i) {
+    g.Observe(1, kMtp, 2, 2.4);
+    EXPECT_TRUE(g.Allow(1, kMtp));
+  }
+  g.Observe(1, kMtp, 2, 2.4);
+  EXPECT_FALSE(g.Allow(1, kMtp));
+  EXPECT_TRUE(g.Allow(1, kNgram));  // judged on its own
+  EXPECT_EQ(g.blocks(), 1);
+  // Plain steps during the back-off keep the reference fresh; then one probe round.
+  for (int64_t i = 0; i < DraftGuard::kFirstBackoff; ++i) g.Observe(1, kPlain, 1, 1.0);
+  EXPECT_TRUE(g.Allow(1, kMtp));
+  for (int i = 0; i < DraftGuard::kMinSamples; ++i) g.Observe(1, kMtp, 2, 2.4);
+  EXPECT_FALSE(g.Allow(1, kMtp));
+  EXPECT_EQ(g.blocks(), 2);
+  // The back-off doubled: still blocked after the first one's length.
+  for (int64_t i = 0; i < DraftGuard::kFirstBackoff; ++i) g.Observe(1, kPlain, 1, 1.0);
+  EXPECT_FALSE(g.Allow(1, kMtp));
+  for (int64_t i = 0; i < DraftGuard::kFirstBackoff; ++i) g.Observe(1, kPlain, 1, 1.0);
+  EXPECT_TRUE(g.Allow(1, kMtp));
+}
+
+TEST(DraftGuard, KeepsDraftsThatPayAndRefreshesAStaleReference) {
+  constexpr DraftSource kPlain = DraftSource::kNone, kNgram = DraftSource::kNgram;
+  DraftGuard g;
+  g.Observe(4, kPlain, 4, 1.0);  // 0.25 s per token plain
+  // Lookup steps at 4 sequences deliver 7 tokens in 1.1 s: they pay, never blocked.
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_TRUE(g.Allow(4, kNgram)) << i;
+    g.Observe(4, kNgram, 7, 1.1);
+  }
+  EXPECT_EQ(g.blocks(), 0);
+  // One slow step (a catch-up, a page fault) among paying ones is outweighed: a ratio of sums.
+  for (int i = 0; i < DraftGuard::kMinSamples - 1; ++i) g.Observe(4, kNgram, 7, 1.1);
+  g.Observe(4, kNgram, 7, 2.0);
+  EXPECT_EQ(g.blocks(), 0);
+  // kFreshSteps without a plain step at 4: one plain step is asked for, then drafting resumes.
+  for (int i = 0; i < 10; ++i) g.Observe(4, kNgram, 7, 1.1);
+  EXPECT_FALSE(g.Allow(4, kNgram));
+  g.Observe(4, kPlain, 4, 1.0);
+  EXPECT_TRUE(g.Allow(4, kNgram));
+}
+
 }  // namespace
 }  // namespace moe

@@ -171,6 +171,7 @@ absl::StatusOr<Result> Planted(Engine& e, const std::vector<int32_t>& prompt, co
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
   DepthChooser chooser;
+  DraftGuard guard;  // as the batcher's auto: realized seconds per token, drafted vs plain
   Result r;
   r.tokens.push_back(ref[0]);
   const int64_t b0 = e.expert_source().Stats().bytes_read;
@@ -178,7 +179,9 @@ absl::StatusOr<Result> Planted(Engine& e, const std::vector<int32_t>& prompt, co
   int64_t pos = 0;  // ref[pos] is the pending token (sampled, not fed)
   while (static_cast<int64_t>(r.tokens.size()) < n) {
     const int room = static_cast<int>(std::min<int64_t>(c.k, n - static_cast<int64_t>(r.tokens.size()) - 1));
-    int k = c.mode == SpecMode::kOff ? 0 : c.mode == SpecMode::kAuto ? chooser.Choose(room, 1) : room;
+    int k = c.mode == SpecMode::kOff    ? 0
+            : c.mode == SpecMode::kAuto ? (guard.Allow(1, DraftSource::kMtp) ? chooser.Choose(room, 1) : 0)
+                                        : room;
     k = std::max(0, std::min(k, room));
     std::vector<int32_t> rows = {ref[pos]};
     bool keep = true;
@@ -204,6 +207,7 @@ absl::StatusOr<Result> Planted(Engine& e, const std::vector<int32_t>& prompt, co
     const double secs = Since(s0);
     chooser.ObserveStep(1 + k, secs);
     if (k > 0) chooser.ObserveAcceptance(k, accepted);
+    guard.Observe(1, k > 0 ? DraftSource::kMtp : DraftSource::kNone, 1 + accepted, secs);
     r.spec.Record(k, accepted, 1 + accepted);
     pos += 1 + accepted;
   }
