@@ -71,7 +71,7 @@ Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int
 // 0 unless a draft is expected to pay, and 0 until a plain step of that size
 // was measured. Depths never measured are tried once (their cost assumed
 // the nearest measured smaller step's plus, per extra row, the larger of 10%
-// of it and the measured cost per row below it), so a depth whose
+// of its cost per row and the measured cost per row below it), so a depth whose
 // verify reads many uncached experts (or, compute-bound, costs a row each) is
 // measured and then avoided. `costs`: another chooser
 // whose step costs to use (inferd: the worker's, measured over whole steps;
