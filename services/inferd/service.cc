@@ -244,7 +244,7 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
   uint64_t prefix_cache_bytes = uint64_t{1} << 30;
   std::string prefix_cache_dir;
   uint64_t prefix_cache_disk_bytes = uint64_t{16} << 30;
-  std::string tokenizer, speculative = "off";
+  std::string tokenizer, speculative = "auto";  // the served default (docs/SERVING.md "Speculative decoding")
   int64_t draft_tokens = 3;
   int64_t prefill_pass_bytes = -1;
   double prefill_slice_ms = 50;
@@ -270,9 +270,9 @@ int RunInferd(int argc, char** argv, ModelFactory& factory) {
                   "vocabulary for structured outputs: a directory with tokenizer.json (the gateway's), 'none', or "
                   "empty = the model's own when it has one");
   flags.AddString("speculative", &speculative,
-                  "speculative decoding: off, mtp (the model's MTP layer drafts), ngram (prompt lookup) or auto "
-                  "(lookup, else MTP; the depth per step from measured acceptance and step cost); the tokens never "
-                  "change (docs/SERVING.md)");
+                  "speculative decoding: auto (lookup or MTP, the depth per step from measured acceptance and step "
+                  "cost, a drafter that does not pay is stopped), off, mtp (the model's MTP layer drafts) or ngram "
+                  "(prompt lookup); the tokens never change (docs/SERVING.md)");
   flags.AddInt("draft-tokens", &draft_tokens, "most drafts per sequence and step (K, 1..8)");
   factory.AddFlags(flags);
   if (auto code = ParseServiceFlags("inferd", flags, argc, argv)) return *code;

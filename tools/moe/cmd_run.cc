@@ -5,7 +5,10 @@
 // the run as a routing trace (common/expertstore/routing_trace.h format, one line
 // per position x MoE layer, sorted by position then layer) for `moe bench cache`,
 // each row preceded by the router look-ahead's prediction of it made at the
-// layer before ("+" lines, trace version 2).
+// layer before ("+" lines, trace version 2). With speculation (auto, the
+// default) it holds what the run fetched: verify rows (the last routing seen
+// at a position) and the MTP layer's draft rows too; --speculative off for the
+// plain decode's routing alone.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -139,10 +142,10 @@ absl::Status DoRun(int argc, char** argv, bool* help) {
   flags.AddString("resume-kv", &resume_kv, "continue the conversation saved in this file (prompt is appended)");
   flags.AddBool("json", &json, "print tokens and stats as JSON");
   flags.AddBool("prefetch", &prefetch, "send prefetch hints to the expert source (--no-prefetch: off)");
-  std::string speculative = "off";
+  std::string speculative = "auto";  // as inferd
   int64_t draft_tokens = 3;
   flags.AddString("speculative", &speculative,
-                  "speculative decoding: off, mtp, ngram or auto (inferd's flag; the tokens never change)");
+                  "speculative decoding: auto (default), off, mtp or ngram (inferd's flag; the tokens never change)");
   flags.AddInt("draft-tokens", &draft_tokens, "most drafts per step (K, 1..8)");
   flags.AddString("record-routing", &record_routing,
                   "write the routing trace (position, layer, expert ids) to this file (moe bench cache --trace)");
