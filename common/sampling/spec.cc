@@ -186,6 +186,10 @@ DepthChooser::Pick DepthChooser::Best(int max_k, int64_t base_rows, const DepthC
   const double rate0 = (others + 1.0) / cc.Cost(base_rows + 1);
   double best_rate = rate0, expect = 1.0, chain = 1.0;
   for (int k = 1; k <= max_k; ++k) {
+    // Depths are explored one at a time, shallowest first: a deeper step is weighed only once the
+    // step one row shorter was measured (a trial costs one extra row, not K: at a 10% expert cache
+    // each verify row reads ~its own experts, and a K-row trial alone lost 10% of a 32-token run).
+    if (k > 1 && !cc.Measured(base_rows + k)) break;
     chain *= Acceptance(k - 1);
     expect += chain;
     const double rate = (others + expect) / (cc.Cost(base_rows + 1 + k) + draft_seconds_ * k);

@@ -69,7 +69,8 @@ Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int
 // sequences' rows) counted as a token each: (base_rows + 1 + sum_j prod_{i<=j}
 // a_i) / T(base_rows + k + 1), against (base_rows + 1) / T(base_rows + 1);
 // 0 unless a draft is expected to pay, and 0 until a plain step of that size
-// was measured. Depths never measured are tried once (their cost assumed
+// was measured. Depths never measured are tried once, shallowest first (a
+// depth is weighed only once the step one row shorter was measured; cost assumed
 // the nearest measured smaller step's plus, per extra row, the larger of 10%
 // of its cost per row and the measured cost per row below it), so a depth whose
 // verify reads many uncached experts (or, compute-bound, costs a row each) is
@@ -92,6 +93,10 @@ class DepthChooser {
     return Best(max_k, base_rows, costs).k;
   }
   double Acceptance(int position) const;
+  // Whether a step of `rows` rows was measured.
+  bool Measured(int64_t rows) const {
+    return rows >= 1 && rows < static_cast<int64_t>(seconds_by_rows_.size()) && seconds_by_rows_[rows] > 0;
+  }
 
  private:
   double Cost(int64_t rows) const;

@@ -129,6 +129,23 @@ TEST(DepthChooser, DraftsWhenAcceptedAndCheapNeverWhenCostly) {
   EXPECT_EQ(membound.Choose(4, 8), 4);
 }
 
+TEST(DepthChooser, ExploresOneDepthAtATimeShallowestFirst) {
+  DepthChooser c;
+  for (int i = 0; i < 50; ++i) c.ObserveAcceptance(4, 4);  // every draft accepted
+  c.ObserveStep(1, 1.0);
+  EXPECT_EQ(c.Choose(4, 0), 1);  // a trial costs one extra row, not four
+  c.ObserveStep(2, 1.05);
+  EXPECT_EQ(c.Choose(4, 0), 2);
+  c.ObserveStep(3, 1.1);
+  EXPECT_EQ(c.Choose(4, 0), 3);
+  // A measured row that costs a whole step stops the descent there.
+  DepthChooser costly;
+  for (int i = 0; i < 50; ++i) costly.ObserveAcceptance(4, 4);
+  costly.ObserveStep(1, 1.0);
+  costly.ObserveStep(2, 2.0);
+  EXPECT_EQ(costly.Choose(4, 0), 0);
+}
+
 TEST(KeyedRng, DependsOnSeedAndIndexOnly) {
   Rng a = KeyedRng(7, 3), b = KeyedRng(7, 3), c = KeyedRng(7, 4), d = KeyedRng(8, 3);
   const uint64_t x = a();
