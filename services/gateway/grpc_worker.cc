@@ -186,6 +186,11 @@ absl::StatusOr<WorkerInfo> GrpcWorker::Health() {
     info.spec_decode_tokens = stats.spec_decode_tokens();
     info.spec_drafted = stats.spec_drafted();
     info.spec_accepted = stats.spec_accepted();
+    info.spec_plain_step_us = stats.spec_plain_step_us();
+    info.spec_plain_step_tokens = stats.spec_plain_step_tokens();
+    info.spec_verify_step_us = stats.spec_verify_step_us();
+    info.spec_verify_step_tokens = stats.spec_verify_step_tokens();
+    info.spec_guard_blocks = stats.spec_guard_blocks();
     info.peer_remote_jobs = stats.peer_remote_jobs();
     info.peer_fallback_jobs = stats.peer_fallback_jobs();
     info.peer_failed_calls = stats.peer_failed_calls();

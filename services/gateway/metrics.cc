@@ -53,6 +53,14 @@ Metrics::Metrics(const std::string& model) : registry_(std::make_shared<promethe
   w_spec_tokens_ = counter("moe_worker_spec_decode_tokens_total", "Tokens those decode steps produced");
   w_spec_drafted_ = counter("moe_worker_spec_drafted_total", "Draft tokens verified by each worker");
   w_spec_accepted_ = counter("moe_worker_spec_accepted_total", "Draft tokens accepted by each worker");
+  w_spec_plain_s_ = counter("moe_worker_spec_plain_step_seconds_total",
+                            "Speculative decoding: loop time of pure decode steps without drafts");
+  w_spec_plain_tokens_ = counter("moe_worker_spec_plain_step_tokens_total", "Tokens those plain steps produced");
+  w_spec_verify_s_ = counter("moe_worker_spec_verify_step_seconds_total",
+                             "Speculative decoding: loop time of pure decode steps that verified drafts");
+  w_spec_verify_tokens_ = counter("moe_worker_spec_verify_step_tokens_total", "Tokens those verify steps produced");
+  w_spec_guard_blocks_ = counter("moe_worker_spec_guard_blocks_total",
+                                 "Speculative auto: verdicts that blocked a drafter whose steps delivered less");
   w_waiting_ = gauge("moe_worker_waiting_sequences", "Sequences whose prompt is not fully fed yet on each worker");
   w_disk_bytes_ = gauge("moe_worker_prefix_disk_bytes", "Bytes of the prefix cache's disk tier (--prefix-cache-dir)");
   w_disk_cap_ = gauge("moe_worker_prefix_disk_capacity_bytes", "Bound of the disk tier (--prefix-cache-disk-bytes)");
@@ -92,13 +100,13 @@ void Metrics::ObserveRequest(const std::string& endpoint, int http_status, doubl
   duration_->Add({{"endpoint", endpoint}}, kLatencyBuckets).Observe(seconds);
 }
 
-void Metrics::Advance(Counters* family, const std::string& worker, int64_t total) {
+void Metrics::Advance(Counters* family, const std::string& worker, int64_t total, double scale) {
   int64_t& last = last_total_[{family, worker}];
   // A total below the last one: the worker restarted and counts from 0 again.
   const int64_t moved = total >= last ? total - last : total;
   last = total;
   auto& c = family->Add({{"worker", worker}});
-  if (moved > 0) c.Increment(static_cast<double>(moved));
+  if (moved > 0) c.Increment(static_cast<double>(moved) * scale);
 }
 
 std::string Metrics::Render(const AdmissionController* admission, const SequencePlacer* placer) {
@@ -131,6 +139,11 @@ std::string Metrics::Render(const AdmissionController* admission, const Sequence
       Advance(w_spec_tokens_, w.name, w.info.spec_decode_tokens);
       Advance(w_spec_drafted_, w.name, w.info.spec_drafted);
       Advance(w_spec_accepted_, w.name, w.info.spec_accepted);
+      Advance(w_spec_plain_s_, w.name, w.info.spec_plain_step_us, 1e-6);
+      Advance(w_spec_plain_tokens_, w.name, w.info.spec_plain_step_tokens);
+      Advance(w_spec_verify_s_, w.name, w.info.spec_verify_step_us, 1e-6);
+      Advance(w_spec_verify_tokens_, w.name, w.info.spec_verify_step_tokens);
+      Advance(w_spec_guard_blocks_, w.name, w.info.spec_guard_blocks);
       Advance(w_peer_remote_, w.name, w.info.peer_remote_jobs);
       Advance(w_peer_fallback_, w.name, w.info.peer_fallback_jobs);
       Advance(w_peer_failed_, w.name, w.info.peer_failed_calls);

@@ -21,6 +21,8 @@
 //     moe_worker_prefix_cache_hit_tokens_total, moe_worker_prefix_cache_lookups_total,
 //     moe_worker_spec_decode_steps_total, moe_worker_spec_decode_tokens_total,
 //     moe_worker_spec_drafted_total, moe_worker_spec_accepted_total,
+//     moe_worker_spec_{plain,verify}_step_{seconds,tokens}_total (the verify cost: pure decode steps'
+//     loop time and tokens, plain and with drafts), moe_worker_spec_guard_blocks_total,
 //     moe_worker_prefix_disk_hit_tokens_total, moe_worker_prefix_disk_ignored_total,
 //     moe_worker_prefill_passes_total, moe_worker_prefill_pass_rows_total,
 //     moe_worker_peer_{remote_jobs,fallback_jobs,failed_calls,bytes_sent,bytes_received,served_jobs,
@@ -68,7 +70,7 @@ class Metrics {
   using Counters = prometheus::Family<prometheus::Counter>;
   using Gauges = prometheus::Family<prometheus::Gauge>;
   // Adds to a per-worker counter what a reported running total moved on since last time.
-  void Advance(Counters* family, const std::string& worker, int64_t total);
+  void Advance(Counters* family, const std::string& worker, int64_t total, double scale = 1.0);
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* ttft_;
@@ -96,6 +98,11 @@ class Metrics {
   Counters* w_spec_tokens_;
   Counters* w_spec_drafted_;
   Counters* w_spec_accepted_;
+  Counters* w_spec_plain_s_;
+  Counters* w_spec_plain_tokens_;
+  Counters* w_spec_verify_s_;
+  Counters* w_spec_verify_tokens_;
+  Counters* w_spec_guard_blocks_;
   Gauges* w_waiting_;
   Gauges* w_disk_bytes_;
   Gauges* w_disk_cap_;

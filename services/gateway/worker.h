@@ -116,6 +116,9 @@ struct WorkerInfo {
   // Speculative decoding (inferd StatsReply spec_*): running totals.
   std::string speculative;
   int64_t spec_decode_steps = 0, spec_decode_tokens = 0, spec_drafted = 0, spec_accepted = 0;
+  // The verify cost: pure decode steps' loop time (microseconds) and tokens, plain and verify; guard verdicts.
+  int64_t spec_plain_step_us = 0, spec_plain_step_tokens = 0, spec_verify_step_us = 0, spec_verify_step_tokens = 0;
+  int64_t spec_guard_blocks = 0;
   std::vector<int64_t> spec_drafted_per_position, spec_accepted_per_position;
   int32_t waiting_sequences = 0;  // prompts not yet fully fed (the queue an inference router reads)
   // The prefix cache's disk tier and planned prefill (StatsReply prefix_disk_*, prefill_*).

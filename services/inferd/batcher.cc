@@ -158,6 +158,13 @@ void Batcher::Loop() {
       if (config_.spec.mode == SpecMode::kAuto && !p.has_prefill) {
         draft_guard_.Observe(p.decode_seqs, p.drafter, p.produced, period);
       }
+      if (!p.has_prefill) {
+        std::lock_guard<std::mutex> lock(mu_);
+        const bool verify = p.rows > p.decode_seqs;  // some sequence fed drafts
+        (verify ? stats_.spec_verify_step_seconds : stats_.spec_plain_step_seconds) += period;
+        (verify ? stats_.spec_verify_step_tokens : stats_.spec_plain_step_tokens) += p.produced;
+        stats_.spec_guard_blocks = draft_guard_.blocks();
+      }
     }
     guard_pending_.valid = false;
     Step step = PlanOneStep(&logits);
@@ -251,6 +258,12 @@ void Batcher::StartNewSequences() {
 Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
   const int32_t V = model_->vocab_size();
   Step step;
+  {
+    // The step starts here: a cancel that comes while it plans (MTP drafting takes a while) is one
+    // during the step, finished but not delivered (FeedBack), not a step after the cancel.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : active_) s->cancel_at_plan = s->cancel;
+  }
   std::vector<PlanInput>& in = step.in;
   in.resize(active_.size());
   for (size_t i = 0; i < active_.size(); ++i) {
@@ -302,7 +315,7 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
     for (size_t k = 0; k < plan.entries.size(); ++k) {
       const PlanEntry& e = plan.entries[k];
       Seq& s = *active_[e.index];
-      if (s.cancel) ++s.steps_after_cancel;  // must stay 0: cancelled ones were dropped above
+      if (s.cancel_at_plan) ++s.steps_after_cancel;  // must stay 0: cancelled ones were dropped above
       if (in[e.index].prefill_remaining == 0) {
         step_tokens[k] = {s.pending};
         step_tokens[k].insert(step_tokens[k].end(), s.drafts.begin(), s.drafts.end());

@@ -149,6 +149,11 @@ struct BatcherStats {
   int64_t errors = 0;
   std::string last_error;
   SpecStats spec;  // decode steps of every sequence: drafts, acceptance per position, tokens per step
+  // The verify cost: whole loop periods (seconds) and tokens of pure decode steps, plain and with drafts
+  // (verify), and auto's DraftGuard verdicts against a drafter.
+  double spec_plain_step_seconds = 0, spec_verify_step_seconds = 0;
+  int64_t spec_plain_step_tokens = 0, spec_verify_step_tokens = 0;
+  int64_t spec_guard_blocks = 0;
   // Planned prefill: passes finished, their rows, passes abandoned (a member
   // cancelled), and the longest slice other sequences waited behind.
   int64_t prefill_passes = 0;
@@ -196,6 +201,7 @@ class Batcher {
     DraftSource used = DraftSource::kNone;  // who drafted this step's drafts
     bool cancel = false;
     int64_t steps_after_cancel = 0;
+    bool cancel_at_plan = false;  // cancelled when this step's planning began (the step "starts" there)
     int64_t kv_reserved = 0;  // bytes of the model's KV budget held for it
     bool in_pass = false;     // its state belongs to the running pass
   };

@@ -228,6 +228,11 @@ grpc::Status InferdService::Stats(grpc::ServerContext*, const StatsRequest*, Sta
   for (int64_t v : s.spec.drafted_at) reply->add_spec_drafted_per_position(v);
   for (int64_t v : s.spec.accepted_at) reply->add_spec_accepted_per_position(v);
   reply->set_speculative(std::string(SpecModeName(batcher_->config().spec.mode)));
+  reply->set_spec_plain_step_us(static_cast<int64_t>(s.spec_plain_step_seconds * 1e6));
+  reply->set_spec_plain_step_tokens(s.spec_plain_step_tokens);
+  reply->set_spec_verify_step_us(static_cast<int64_t>(s.spec_verify_step_seconds * 1e6));
+  reply->set_spec_verify_step_tokens(s.spec_verify_step_tokens);
+  reply->set_spec_guard_blocks(s.spec_guard_blocks);
   reply->set_prefill_passes(s.prefill_passes);
   reply->set_prefill_pass_rows(s.prefill_pass_rows);
   reply->set_prefill_pass_aborts(s.prefill_pass_aborts);

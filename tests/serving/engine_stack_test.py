@@ -72,7 +72,7 @@ class EngineStack(unittest.TestCase):
                      gateway_args=[f"--tokenizer={self.container}"], startup_timeout=60, **kw)
 
     def test_expertd_stack_answers_exactly_like_in_process(self):
-        alone = self.engine_stack(workers=1)
+        alone = self.engine_stack(workers=1, extra_worker_args=["--speculative=off"])  # plain decode: the reference
         try:
             ref = [post(alone.base_url, p, b) for p, b in REQUESTS]
         finally:
@@ -105,6 +105,12 @@ class EngineStack(unittest.TestCase):
             drafted = [v for k, v in m.items() if k.startswith("moe_worker_spec_drafted_total")]
             self.assertEqual(len(drafted), 2, m)
             self.assertTrue(all(v > 0 for v in drafted), m)  # both workers verified MTP drafts
+            # The verify cost: loop time and tokens of verify steps (and of plain ones, where there were).
+            for name in ("moe_worker_spec_verify_step_seconds_total", "moe_worker_spec_verify_step_tokens_total"):
+                got_v = [v for k, v in m.items() if k.startswith(name)]
+                self.assertEqual(len(got_v), 2, (name, m))
+                self.assertTrue(all(v > 0 for v in got_v), (name, m))
+            self.assertEqual(len([k for k in m if k.startswith("moe_worker_spec_guard_blocks_total")]), 2, m)
             # The drafts a request's verifies accepted / rejected, in OpenAI's usage fields.
             body = dict(REQUESTS[1][1], model="moestream")
             req = urllib.request.Request(stack.base_url + "/v1/completions", data=json.dumps(body).encode(),
