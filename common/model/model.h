@@ -147,7 +147,7 @@ class ForwardPass {
 
 struct MtpResult {
   int64_t rows = 0;
-  std::vector<float> logits;  // rows x vocab
+  std::vector<float> logits;  // rows x vocab (the last row alone with MtpForward's last_logits_only)
   std::vector<float> out;     // rows x hidden, decoder-layer output before shared_head.norm
 };
 
@@ -230,13 +230,17 @@ class Model {
   // of scoring its keys (the MTP layer's own step-0 top-k, reused by the later
   // draft steps of a round); `topk_out` (optional) receives the last row's
   // selected keys and position (what a round's step 0 passes on).
+  // last_logits_only: the LM head runs on the last row alone (MtpResult::logits
+  // holds one row): a drafter's catch-up over the slots it skipped needs only
+  // the last slot's draft, and at GLM-5's 154,880 x 6,144 head a row costs
+  // ~0.95 G multiply-adds.
   struct IndexShare {
     std::vector<int32_t> keys;
     int64_t pos = -1;
   };
   absl::StatusOr<MtpResult> MtpForward(std::span<const float> hidden, std::span<const int32_t> next_ids,
                                        KvCache& mtp_cache, const IndexShare* share = nullptr,
-                                       IndexShare* topk_out = nullptr) const;
+                                       IndexShare* topk_out = nullptr, bool last_logits_only = false) const;
 
  private:
   struct TopK;

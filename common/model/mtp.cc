@@ -17,7 +17,7 @@ namespace moe {
 
 absl::StatusOr<MtpResult> Model::MtpForward(std::span<const float> hidden, std::span<const int32_t> next_ids,
                                             KvCache& mtp_cache, const IndexShare* share,
-                                            IndexShare* topk_out) const {
+                                            IndexShare* topk_out, bool last_logits_only) const {
   const ModelConfig& c = config_;
   if (!weights_->mtp) return absl::FailedPreconditionError("the checkpoint has no MTP layer");
   const int64_t S = static_cast<int64_t>(next_ids.size()), H = c.hidden_size, V = c.vocab_size;
@@ -61,10 +61,11 @@ absl::StatusOr<MtpResult> Model::MtpForward(std::span<const float> hidden, std::
   MtpResult r;
   r.rows = S;
   r.out = z;
-  std::vector<float> y(S * H);
-  RmsNorm(z.data(), S, H, m.shared_head_norm, c.rms_norm_eps, y.data());
-  r.logits.resize(S * V);
-  LinearR(weights_->lm_head, y.data(), S, r.logits.data());
+  const int64_t L = last_logits_only ? 1 : S;  // rows of logits, the last L
+  std::vector<float> y(L * H);
+  RmsNorm(z.data() + (S - L) * H, L, H, m.shared_head_norm, c.rms_norm_eps, y.data());
+  r.logits.resize(L * V);
+  LinearR(weights_->lm_head, y.data(), L, r.logits.data());
   return r;
 }
 

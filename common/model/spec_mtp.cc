@@ -43,8 +43,9 @@ absl::StatusOr<std::vector<int32_t>> MtpDrafter::Draft(std::span<const int32_t> 
   const bool share = c.index_share_for_mtp_iteration && c.has_indexer;
   Model::IndexShare step0;
   MOE_ASSIGN_OR_RETURN(MtpResult m, model_->MtpForward(std::span<const float>(hidden_).subspan(M * H, rows * H), ids,
-                                                       mtp_, nullptr, share ? &step0 : nullptr));
-  drafts.push_back(Argmax(m.logits.data() + (rows - 1) * V, V));
+                                                       mtp_, nullptr, share ? &step0 : nullptr,
+                                                       /*last_logits_only=*/true));
+  drafts.push_back(Argmax(m.logits.data(), V));
   std::vector<float> u(m.out.end() - H, m.out.end());
   while (static_cast<int>(drafts.size()) < k && mtp_.length() < c.max_position_embeddings) {
     const int32_t one[1] = {drafts.back()};
