@@ -221,7 +221,7 @@ void DraftGuard::Observe(int64_t n, DraftSource source, int64_t tokens, double s
   side.last_step = step_;
   if (source == DraftSource::kNone || side.samples < kMinSamples || b.plain.samples < 1) return;
   int64_t backoff = kFirstBackoff, blocked_until = -1;
-  if (side.SecondsPerToken() > b.plain.SecondsPerToken()) {
+  if (side.SecondsPerToken() > kMargin * b.plain.SecondsPerToken()) {
     blocked_until = step_ + side.backoff;
     backoff = std::min(kMaxBackoff, 2 * side.backoff);
     ++blocks_;

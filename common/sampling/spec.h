@@ -127,7 +127,7 @@ enum class DraftSource { kNone, kNgram, kMtp };
 //    catch-up over the positions it skipped (a real cost of starting it: at 8
 //    demo-model sequences a probe's catch-ups cost more than its drafts gain).
 //    Once a drafter's side has kMinSamples since its last verdict and
-//    its seconds per token exceed the plain side's, (n, source) is blocked
+//    its seconds per token exceed the plain side's by kMargin, (n, source) is blocked
 //    for a back-off (kFirstBackoff steps, doubling up to kMaxBackoff while the
 //    verdict repeats, reset when drafting wins); that side then starts over,
 //    so the probe after the back-off measures afresh.
@@ -137,7 +137,11 @@ enum class DraftSource { kNone, kNgram, kMtp };
 // accepted). One per worker loop / Generate call; not thread-safe.
 class DraftGuard {
  public:
-  static constexpr int64_t kFreshSteps = 64, kMinSamples = 4, kFirstBackoff = 32, kMaxBackoff = 2048;
+  static constexpr int64_t kFreshSteps = 64, kMinSamples = 8, kFirstBackoff = 32, kMaxBackoff = 2048;
+  // A drafter is blocked when its steps cost more than this times the plain steps' seconds per token:
+  // a step's loop period varies +-10-20% (2 vCPUs shared with the serving threads), and a draft row
+  // in a batch of 8 gains ~5%, which a verdict without a margin would reject on noise.
+  static constexpr double kMargin = 1.02;
   bool Allow(int64_t n, DraftSource source) const;
   void Observe(int64_t n, DraftSource source, int64_t tokens, double seconds);
   int64_t blocks() const { return blocks_; }  // verdicts against a drafter so far
