@@ -95,7 +95,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
       const int64_t keep = fed_from + a.drawn;
       cache.Truncate(keep);
       if (mtp) mtp->Truncate(keep);
-      if (used != DraftSource::kNone) choosers.For(used).ObserveAcceptance(static_cast<int>(drafts.size()), a.accepted);
+      choosers.Credit(used, static_cast<int>(drafts.size()), a.accepted);
     }
     if (!prefill_token) r.spec.Record(static_cast<int>(drafts.size()), a.accepted, a.drawn);
     if (step_seconds > 0 && spec.mode == SpecMode::kAuto) {
@@ -112,14 +112,14 @@ absl::StatusOr<GenerateResult> Engine::Generate(std::span<const int32_t> prompt,
     }
     const double draft0 = Now();
     const bool mtp_current = mtp && (r.tokens.size() <= 1 || cache.length() - mtp->cache().length() <= kMaxMtpCatchUp);
-    MOE_ASSIGN_OR_RETURN(drafts, ProposeDrafts(spec.mode, room, history, mtp_fn, choosers, step_cost, 0, &used,
+    MOE_ASSIGN_OR_RETURN(drafts, ProposeDrafts(spec.mode, room, history, mtp_fn, choosers, step_cost, 1, 0, &used,
                                                {guard.Allow(1, DraftSource::kNgram),
                                                 mtp_current && guard.Allow(1, DraftSource::kMtp)}));
     std::vector<int32_t> feed{next};
     feed.insert(feed.end(), drafts.begin(), drafts.end());
     const double step0 = Now();
     MOE_ASSIGN_OR_RETURN(f, forward(feed, !drafts.empty()));
-    step_cost.ObserveStep(static_cast<int64_t>(feed.size()), Now() - step0);
+    step_cost.ObserveStep(1, static_cast<int64_t>(feed.size()), Now() - step0);
     step_seconds = Now() - draft0;
   }
   cache.set_pending_token(r.tokens.empty() || r.stopped_at_eos ? -1 : r.tokens.back());

@@ -81,13 +81,13 @@ Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int
 
 absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
                                                    const MtpDraftFn& mtp, AutoChoosers& choosers,
-                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used) {
-  return ProposeDrafts(mode, room, history, mtp, choosers, costs, base_rows, used, AllowedDrafters{});
+                                                   const DepthChooser& costs, int64_t plain_rows, int64_t base_rows, DraftSource* used) {
+  return ProposeDrafts(mode, room, history, mtp, choosers, costs, plain_rows, base_rows, used, AllowedDrafters{});
 }
 
 absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
                                                    const MtpDraftFn& mtp_fn, AutoChoosers& choosers,
-                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used,
+                                                   const DepthChooser& costs, int64_t plain_rows, int64_t base_rows, DraftSource* used,
                                                    AllowedDrafters allowed) {
   *used = DraftSource::kNone;
   if (mode == SpecMode::kAuto && !allowed.ngram && !allowed.mtp) return std::vector<int32_t>{};
@@ -105,7 +105,9 @@ absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std:
     return d;
   };
   if (mode == SpecMode::kMtp) return mtp ? run_mtp(room) : std::vector<int32_t>{};
-  std::vector<int32_t> d = NgramDraft(history, room);
+  int matched = 0;
+  std::vector<int32_t> d = NgramDraft(history, room, 4, &matched);
+  if (!d.empty()) choosers.match = matched;
   if (mode == SpecMode::kNgram) {
     if (!d.empty()) *used = DraftSource::kNgram;
     return d;
@@ -113,8 +115,8 @@ absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std:
   // auto
   if (!allowed.ngram) d.clear();
   const DepthChooser::Pick ng =
-      d.empty() ? DepthChooser::Pick{} : choosers.ngram.Best(static_cast<int>(d.size()), base_rows, &costs);
-  const DepthChooser::Pick mt = mtp ? choosers.mtp.Best(room, base_rows, &costs) : DepthChooser::Pick{};
+      d.empty() ? DepthChooser::Pick{} : choosers.For(DraftSource::kNgram).Best(static_cast<int>(d.size()), plain_rows, base_rows, &costs);
+  const DepthChooser::Pick mt = mtp ? choosers.mtp.Best(room, plain_rows, base_rows, &costs) : DepthChooser::Pick{};
   if (mt.k > 0 && mt.gain > ng.gain) return run_mtp(mt.k);
   if (ng.k == 0) return std::vector<int32_t>{};
   d.resize(ng.k);
@@ -135,37 +137,87 @@ void DepthChooser::ObserveAcceptance(int drafted, int accepted) {
 double DepthChooser::Acceptance(int position) const {
   const double d = position < static_cast<int>(drafted_at_.size()) ? drafted_at_[position] : 0;
   const double a = position < static_cast<int>(accepted_at_.size()) ? accepted_at_[position] : 0;
-  return (a + 1.0) / (d + 2.0);
+  const double prior = prior_ ? prior_->Acceptance(position) : 0.5;
+  return (a + kPriorWeight * prior) / (d + kPriorWeight);
 }
 
-void DepthChooser::ObserveStep(int64_t rows, double seconds) {
-  if (rows < 1 || seconds <= 0) return;
-  if (static_cast<int64_t>(seconds_by_rows_.size()) <= rows) seconds_by_rows_.resize(rows + 1, 0.0);
-  double& s = seconds_by_rows_[rows];
-  s = s == 0 ? seconds : 0.8 * s + 0.2 * seconds;
-}
-
-double DepthChooser::Cost(int64_t rows) const {
-  if (rows < static_cast<int64_t>(seconds_by_rows_.size()) && seconds_by_rows_[rows] > 0) {
-    return seconds_by_rows_[rows];
+void DepthChooser::ObserveStep(int64_t plain_rows, int64_t rows, double seconds, int64_t drafting) {
+  const int64_t n = plain_rows, k = rows - plain_rows;
+  if (n < 1 || k < 0 || seconds <= 0) return;
+  if (drafting < 0) drafting = k > 0 ? 1 : 0;
+  if (k > 0 && (drafting < 1 || drafting > k)) return;  // inconsistent: not a step this chooser can price
+  ++steps_;
+  if (k == 0) {
+    if (static_cast<int64_t>(plain_.size()) <= n) plain_.resize(n + 1);
+    Ema& e = plain_[n];
+    // Never observed, or stale: start afresh rather than average with an old figure.
+    e.value = Fresh(e.at) ? 0.8 * e.value + 0.2 * seconds : seconds;
+    e.at = steps_;
+    return;
   }
-  // Not measured: from the nearest measured smaller step of r rows, at least 10% of its cost per row
-  // more per row (optimistic, so it is tried: 10% of a plain step alone, 1.25% of an 8-sequence one),
-  // or the measured cost per row between it and the next smaller measured step when that is more (a
-  // compute-bound worker, whose rows each cost about a step: drafts are then not tried blindly). The
-  // DraftGuard stops a trial that does not pay.
-  for (int64_t r = std::min<int64_t>(rows, static_cast<int64_t>(seconds_by_rows_.size()) - 1); r >= 1; --r) {
-    if (seconds_by_rows_[r] <= 0) continue;
-    double per_row = 0.1 * seconds_by_rows_[r] / static_cast<double>(r);
-    for (int64_t q = r - 1; q >= 1; --q) {
-      if (seconds_by_rows_[q] > 0) {
-        per_row = std::max(per_row, (seconds_by_rows_[r] - seconds_by_rows_[q]) / static_cast<double>(r - q));
+  if (!Measured(n)) return;
+  if (static_cast<int64_t>(fit_.size()) <= n) fit_.resize(n + 1);
+  Fit& f = fit_[n];
+  if (!Fresh(f.at)) f = Fit{};
+  constexpr double kKeep = 0.95;  // forgetting: ~20 steps with drafts decide
+  const double s = static_cast<double>(drafting), kr = static_cast<double>(k);
+  const double d = seconds - plain_[n].value;
+  f.ss = kKeep * f.ss + s * s;
+  f.sk = kKeep * f.sk + s * kr;
+  f.kk = kKeep * f.kk + kr * kr;
+  f.sd = kKeep * f.sd + s * d;
+  f.kd = kKeep * f.kd + kr * d;
+  f.depth = std::max(f.depth, (k + drafting - 1) / drafting);
+  f.at = steps_;
+}
+
+DepthChooser::RowPrice DepthChooser::Price(int64_t n) const {
+  const double prior_r = 0.1 * plain_[n].value / static_cast<double>(n);
+  // Measured at n, else at the nearest n' with a fit (a verify costs about alike at neighbouring batch
+  // sizes), else the optimistic prior.
+  const Fit* f = nullptr;
+  for (int64_t d = 0; d < static_cast<int64_t>(fit_.size()) && !f; ++d) {
+    for (const int64_t m : {n - d, n + d}) {
+      if (RowMeasured(m)) {
+        f = &fit_[m];
         break;
       }
     }
-    return seconds_by_rows_[r] + per_row * static_cast<double>(rows - r);
   }
-  return -1;  // nothing at or below `rows` measured
+  RowPrice p;
+  if (!f) {
+    p.r = prior_r;
+    return p;
+  }
+  p.depth = f->depth;
+  const double det = f->ss * f->kk - f->sk * f->sk;
+  if (det > 1e-6 * f->ss * f->kk) {
+    p.v = (f->sd * f->kk - f->kd * f->sk) / det;
+    p.r = (f->kd * f->ss - f->sd * f->sk) / det;
+    // A noisy fit can come out negative on one side: refit the other alone.
+    if (p.v < 0) {
+      p.v = 0;
+      p.r = f->kd / f->kk;
+    } else if (p.r < 0) {
+      p.r = 0;
+      p.v = f->sd / f->ss;
+    }
+  } else {
+    // Every step drafted k = a s: only v + a r is known. r: the smaller of the prior and the whole cost.
+    const double a = f->sk / f->ss, c = f->sd / f->ss;  // per drafting sequence
+    p.r = std::min(prior_r, std::max(0.0, c) / a);
+    p.v = c - a * p.r;
+  }
+  p.v = std::max(0.0, p.v);
+  p.r = std::max(0.0, p.r);
+  return p;
+}
+
+double DepthChooser::Cost(int64_t n, int64_t rows, int64_t drafting) const {
+  if (!Measured(n) || rows < n) return -1;
+  if (drafting < 0) drafting = rows > n ? 1 : 0;
+  const RowPrice p = Price(n);
+  return plain_[n].value + p.v * static_cast<double>(drafting) + p.r * static_cast<double>(rows - n);
 }
 
 void DepthChooser::ObserveDraft(int drafted, double seconds) {
@@ -174,25 +226,28 @@ void DepthChooser::ObserveDraft(int drafted, double seconds) {
   draft_seconds_ = draft_seconds_ == 0 ? per : 0.8 * draft_seconds_ + 0.2 * per;
 }
 
-DepthChooser::Pick DepthChooser::Best(int max_k, int64_t base_rows, const DepthChooser* costs) const {
+DepthChooser::Pick DepthChooser::Best(int max_k, int64_t plain_rows, int64_t base_rows,
+                                      const DepthChooser* costs) const {
   const DepthChooser& cc = costs ? *costs : *this;
   Pick best;
   // A plain step of this size was never measured: take one (the reference every depth is weighed against).
-  if (cc.Cost(base_rows + 1) <= 0) return best;
+  const double t0 = cc.Cost(plain_rows, base_rows + 1, 0);
+  if (t0 <= 0) return best;
+  const RowPrice price = cc.Price(plain_rows);
   // The step's tokens per second, not this sequence's alone: the rows already planned (other
   // sequences' decode rows, ~1 token each) are delayed by this sequence's drafts too, so in a batched,
   // compute-bound step a draft row must pay for everybody's wait.
   const double others = static_cast<double>(base_rows);
-  const double rate0 = (others + 1.0) / cc.Cost(base_rows + 1);
+  const double rate0 = (others + 1.0) / t0;
   double best_rate = rate0, expect = 1.0, chain = 1.0;
   for (int k = 1; k <= max_k; ++k) {
-    // Depths are explored one at a time, shallowest first: a deeper step is weighed only once the
-    // step one row shorter was measured (a trial costs one extra row, not K: at a 10% expert cache
-    // each verify row reads ~its own experts, and a K-row trial alone lost 10% of a 32-token run).
-    if (k > 1 && !cc.Measured(base_rows + k)) break;
+    // Depths are explored one at a time, shallowest first: at most one deeper than any measured (a
+    // trial costs one extra row, not K: at a 10% expert cache each verify row reads ~its own experts,
+    // and a K-row trial alone lost 10% of a 32-token run).
+    if (k > price.depth + 1) break;
     chain *= Acceptance(k - 1);
     expect += chain;
-    const double rate = (others + expect) / (cc.Cost(base_rows + 1 + k) + draft_seconds_ * k);
+    const double rate = (others + expect) / (t0 + price.v + price.r * k + draft_seconds_ * k);
     if (rate > best_rate * 1.02) {  // 2% margin: a depth must clearly pay
       best_rate = rate;
       best.k = k;

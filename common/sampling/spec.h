@@ -15,6 +15,7 @@
 // Thread safety: SpecStats and DepthChooser belong to one sequence / loop.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -62,47 +63,89 @@ Acceptance AcceptDrafts(std::span<const int32_t> drafts, const std::function<int
 
 
 // --speculative auto's depth: per draft position the acceptance rate
-// (accepted / drafted, with a prior of 1 accepted in 2), and the measured
-// cost of a step by the rows it feeds (seconds, exponential moving average).
-// Choose(max_k, base_rows) returns the k in 0..max_k that maximizes the step's
-// expected tokens per second, the base_rows rows already planned (other
-// sequences' rows) counted as a token each: (base_rows + 1 + sum_j prod_{i<=j}
-// a_i) / T(base_rows + k + 1), against (base_rows + 1) / T(base_rows + 1);
-// 0 unless a draft is expected to pay, and 0 until a plain step of that size
-// was measured. Depths never measured are tried once, shallowest first (a
-// depth is weighed only once the step one row shorter was measured; cost assumed
-// the nearest measured smaller step's plus, per extra row, the larger of 10%
-// of its cost per row and the measured cost per row below it), so a depth whose
-// verify reads many uncached experts (or, compute-bound, costs a row each) is
-// measured and then avoided. `costs`: another chooser
-// whose step costs to use (inferd: the worker's, measured over whole steps;
-// each sequence keeps its own acceptance); null = this one's.
-// The drafter's own time counts too (ObserveDraft: seconds per draft token,
-// the MTP layer's forwards; prompt lookup costs nothing).
+// (accepted / drafted, with a prior: SetPrior), and the measured cost of a pure
+// decode step of n decoding sequences: plain (n rows, exponential moving
+// average) and, from steps that fed drafts, T(n) + v(n) * s + r(n) * k for a
+// step where s sequences fed k drafts in all: v is what a sequence's verify
+// costs at all (its multi-row forward path, drawing and rolling back), r each
+// draft row (fitted by least squares with forgetting; through the demo model's
+// stack at 8 sequences v ~1 ms, r ~0.5 ms). A draft is priced by steps with
+// drafts only, never by plain steps of more sequences: a sequence costs its
+// serving work too (sampling, delivery, gRPC; ~1 ms a sequence there), and
+// steps carrying prompt chunks are not observed at all.
+// Choose(max_k, n, base_rows) returns the k in 0..max_k that maximizes the
+// step's expected tokens per second, the base_rows rows already planned
+// (other sequences' rows, drafts included) counted as a token each:
+// (base_rows + 1 + sum_j prod_{i<=j} a_i) / (T0 + v + r k), against
+// (base_rows + 1) / T0, T0 = T(n) + r (base_rows + 1 - n); 0 unless a draft is
+// expected to pay (2% margin), and 0 until a plain step at n was measured.
+// Exploration, shallowest first: with nothing measured at n (nor at the
+// nearest n' that has a fit) v = 0 and r = 10% of a plain row (optimistic:
+// depth 1 is tried); a depth at most one deeper than any measured is weighed;
+// while the measured steps cannot tell v from r (every one drafted the same
+// depth), r is taken as the smaller of the prior and the whole measured cost
+// per row, v as the rest (the next depth is then tried once and measured). A
+// depth whose verify reads many uncached experts (or, compute-bound, costs a
+// row each) is so measured and then avoided. Figures older than kStaleSteps
+// observed steps count as unmeasured (a noisy trial is retried, not trusted
+// forever). `costs`: another chooser whose step costs to use (inferd: the
+// worker's, measured over whole steps; each sequence keeps its own
+// acceptance); null = this one's. The drafter's own time counts too
+// (ObserveDraft: seconds per draft token, the MTP layer's forwards; prompt
+// lookup costs nothing).
 class DepthChooser {
  public:
   void ObserveAcceptance(int drafted, int accepted);
-  void ObserveStep(int64_t rows, double seconds);
+  // A pure decode step of plain_rows decoding sequences that fed `rows` rows (rows - plain_rows drafts),
+  // `drafting` of the sequences feeding drafts (default: one, when there are drafts).
+  void ObserveStep(int64_t plain_rows, int64_t rows, double seconds, int64_t drafting = -1);
   void ObserveDraft(int drafted, double seconds);
   struct Pick {
     int k = 0;
     double gain = 1.0;  // expected tokens per second over a plain step's
   };
-  Pick Best(int max_k, int64_t base_rows, const DepthChooser* costs = nullptr) const;
-  int Choose(int max_k, int64_t base_rows, const DepthChooser* costs = nullptr) const {
-    return Best(max_k, base_rows, costs).k;
+  Pick Best(int max_k, int64_t plain_rows, int64_t base_rows, const DepthChooser* costs = nullptr) const;
+  int Choose(int max_k, int64_t plain_rows, int64_t base_rows, const DepthChooser* costs = nullptr) const {
+    return Best(max_k, plain_rows, base_rows, costs).k;
   }
+  // Acceptance at a draft position: (accepted + m * P) / (drafted + m) with m = kPriorWeight drafts
+  // and P the prior's acceptance there (SetPrior: the worker's pool of every sequence's verifies), or
+  // 1/2 without one. A sequence that has drafted little is judged mostly by what its worker saw.
   double Acceptance(int position) const;
-  // Whether a step of `rows` rows was measured.
-  bool Measured(int64_t rows) const {
-    return rows >= 1 && rows < static_cast<int64_t>(seconds_by_rows_.size()) && seconds_by_rows_[rows] > 0;
-  }
+  static constexpr double kPriorWeight = 2.0;
+  void SetPrior(const DepthChooser* prior) { prior_ = prior; }
+  static constexpr int64_t kStaleSteps = 256;
+  // Whether a plain step of n sequences / a step with drafts at n was observed within the last
+  // kStaleSteps steps.
+  bool Measured(int64_t n) const { return n >= 1 && n < static_cast<int64_t>(plain_.size()) && Fresh(plain_[n].at); }
+  bool RowMeasured(int64_t n) const { return n >= 1 && n < static_cast<int64_t>(fit_.size()) && Fresh(fit_[n].at); }
+  // Seconds of a step of n sequences feeding `rows` rows, `drafting` of them with drafts (default:
+  // one when rows > n); -1 while a plain step at n is unmeasured.
+  double Cost(int64_t n, int64_t rows, int64_t drafting = -1) const;
 
  private:
-  double Cost(int64_t rows) const;
+  struct Ema {
+    double value = 0;
+    int64_t at = -1;  // steps_ when last observed
+  };
+  // Least squares of d = v s + r k over the steps with drafts at one n (decayed sums).
+  struct Fit {
+    double ss = 0, sk = 0, kk = 0, sd = 0, kd = 0;
+    int64_t depth = 0;  // the deepest draft per sequence measured (ceil(k / s))
+    int64_t at = -1;
+  };
+  struct RowPrice {
+    double v = 0, r = 0;
+    int64_t depth = 0;  // measured up to this depth (0: the prior)
+  };
+  bool Fresh(int64_t at) const { return at >= 0 && steps_ - at <= kStaleSteps; }
+  RowPrice Price(int64_t n) const;
   std::vector<int64_t> drafted_at_, accepted_at_;
-  std::vector<double> seconds_by_rows_;  // 0: not measured
-  double draft_seconds_ = 0;             // per draft token (EMA)
+  const DepthChooser* prior_ = nullptr;  // not owned; outlives this one
+  std::vector<Ema> plain_;  // by n: seconds of a plain step
+  std::vector<Fit> fit_;    // by n: the steps with drafts, beyond plain(n)
+  int64_t steps_ = 0;       // steps observed
+  double draft_seconds_ = 0;  // per draft token (EMA)
 };
 
 // Which drafter proposed a sequence's drafts (kNone: no drafts, or forced tokens only).
@@ -168,18 +211,40 @@ class DraftGuard {
 // drafts (null: the sequence has none). ngram: prompt lookup; mtp: the MTP
 // layer, `room` drafts each. auto: the source and depth with the best expected
 // gain from the sequence's own choosers (per source: acceptance per position,
-// the MTP layer's time per draft) and `costs` (verify steps by rows fed;
-// base_rows: rows already in the step), none unless it pays; *used says which
+// the MTP layer's time per draft) and `costs` (step costs; plain_rows: the
+// step's decoding sequences, base_rows: rows already in the step), none unless it pays; *used says which
 // source drafted (credit its chooser with the verify's acceptance). auto only:
 // `allowed` says which drafters the DraftGuard lets through this step.
 using MtpDraftFn = std::function<absl::StatusOr<std::vector<int32_t>>(int k)>;
+// Lookup drafts are weighed by the length of the suffix they matched (1, 2, 3, 4+ tokens: a long match
+// is accepted far more often than a one-token one); `match` is the last lookup's, the chooser its
+// verify credits. A sequence's choosers take the worker's pooled ones as their prior (Pool).
 struct AutoChoosers {
-  DepthChooser ngram, mtp;
-  DepthChooser& For(DraftSource s) { return s == DraftSource::kMtp ? mtp : ngram; }
+  static constexpr int kMatchBuckets = 4;
+  DepthChooser ngram[kMatchBuckets], mtp;
+  int match = 1;
+  AutoChoosers* pool = nullptr;  // not owned: every verify is credited there too
+  static int Bucket(int match) { return std::clamp(match, 1, kMatchBuckets) - 1; }
+  DepthChooser& For(DraftSource s) { return s == DraftSource::kMtp ? mtp : ngram[Bucket(match)]; }
+  // Take `p`'s acceptance as this one's prior and credit it with this one's verifies.
+  void Pool(AutoChoosers* p) {
+    pool = p;
+    for (int i = 0; i < kMatchBuckets; ++i) ngram[i].SetPrior(&p->ngram[i]);
+    mtp.SetPrior(&p->mtp);
+  }
+  // A verify of `drafted` drafts from `s` (the last lookup's match length for kNgram) accepted `accepted`.
+  void Credit(DraftSource s, int drafted, int accepted) {
+    if (s == DraftSource::kNone) return;
+    For(s).ObserveAcceptance(drafted, accepted);
+    if (pool) {
+      pool->match = match;
+      pool->For(s).ObserveAcceptance(drafted, accepted);
+    }
+  }
 };
 absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
                                                    const MtpDraftFn& mtp, AutoChoosers& choosers,
-                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used);
+                                                   const DepthChooser& costs, int64_t plain_rows, int64_t base_rows, DraftSource* used);
 struct AllowedDrafters {
   bool ngram = true, mtp = true;
 };
@@ -191,7 +256,7 @@ struct AllowedDrafters {
 inline constexpr int64_t kMaxMtpCatchUp = 32;
 absl::StatusOr<std::vector<int32_t>> ProposeDrafts(SpecMode mode, int room, std::span<const int32_t> history,
                                                    const MtpDraftFn& mtp, AutoChoosers& choosers,
-                                                   const DepthChooser& costs, int64_t base_rows, DraftSource* used,
+                                                   const DepthChooser& costs, int64_t plain_rows, int64_t base_rows, DraftSource* used,
                                                    AllowedDrafters allowed);
 
 }  // namespace moe

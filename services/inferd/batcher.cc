@@ -64,6 +64,7 @@ absl::Status Batcher::Submit(SeqRequest req, SeqCallback cb) {
   auto s = std::make_unique<Seq>();
   if (req.sampling.repetition_penalty != 1.0f) s->seen = req.prompt;
   if (req.constraint) s->mask.resize(MaskWords(model_->vocab_size()));
+  s->choosers.Pool(&pooled_choosers_);  // pointers only: the pool is read and credited on the loop thread
   s->seed = req.has_seed ? req.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   s->req = std::move(req);
   s->cb = std::move(cb);
@@ -153,8 +154,9 @@ void Batcher::Loop() {
     if (guard_pending_.valid) {
       const GuardPending& p = guard_pending_;
       const double period = std::chrono::duration<double>(step0 - p.start).count();
-      // The chooser's step cost by rows: the period less the MTP drafting (the chooser counts that per draft).
-      step_cost_.ObserveStep(p.rows, period - p.draft_seconds);
+      // The chooser's step cost (pure decode steps only: drafts go only into those): the period less the
+      // MTP drafting (the chooser counts that per draft).
+      if (!p.has_prefill) step_cost_.ObserveStep(p.decode_seqs, p.rows, period - p.draft_seconds, p.drafting);
       if (config_.spec.mode == SpecMode::kAuto && !p.has_prefill) {
         draft_guard_.Observe(p.decode_seqs, p.drafter, p.produced, period);
       }
@@ -174,8 +176,8 @@ void Batcher::Loop() {
     if (st.ok()) {
       int64_t rows = 0;
       for (const auto& it : step.items) rows += static_cast<int64_t>(it.tokens.size());
-      guard_pending_ = {true, step0, rows, step.decode_seqs, step.has_prefill, step.drafter, step.produced,
-                        step.draft_seconds};
+      guard_pending_ = {true,           step0,         rows,          step.decode_seqs, step.has_prefill,
+                        step.drafter,   step.produced, step.draft_seconds, step.drafting};
     }
     deliver();
   }
@@ -298,11 +300,12 @@ Batcher::Step Batcher::PlanOneStep(std::vector<float>* logits) {
     s.drafts.clear();
     if (in[e.index].prefill_remaining == 0) {
       const auto d0 = std::chrono::steady_clock::now();
-      s.drafts = Drafts(s, planned, allowed);
+      s.drafts = Drafts(s, step.decode_seqs, planned, allowed);
       if (s.used == DraftSource::kMtp) {
         step.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
       }
       planned += static_cast<int64_t>(s.drafts.size());
+      if (!s.drafts.empty()) ++step.drafting;
       if (s.used != DraftSource::kNone && !s.drafts.empty() && step.drafter != DraftSource::kMtp) step.drafter = s.used;
     }
     sampling += e.samples ? 1 + s.drafts.size() : 0;
@@ -389,7 +392,7 @@ void Batcher::FeedBack(Step& step, const absl::Status& st, const std::vector<flo
         if (absl::Status t = model_->Truncate(*s.state, keep); !t.ok() && c.error.ok()) c.error = t;
         s.fed.resize(keep);
         if (s.used != DraftSource::kNone) {
-          s.choosers.For(s.used).ObserveAcceptance(static_cast<int>(s.drafts.size()), a.accepted);
+          s.choosers.Credit(s.used, static_cast<int>(s.drafts.size()), a.accepted);
         }
       }
       if (step.in[e.index].prefill_remaining == 0) {

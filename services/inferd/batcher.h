@@ -228,6 +228,7 @@ class Batcher {
     DraftSource drafter = DraftSource::kNone;  // kMtp: some entry feeds MTP drafts; else kNgram: lookup ones
     int64_t produced = 0;      // tokens drawn (FeedBack)
     double draft_seconds = 0;  // spent running the MTP layer for this step's drafts
+    int64_t drafting = 0;      // entries feeding drafts
   };
   using Deliveries = std::vector<std::pair<SeqCallback, SeqOutput>>;
 
@@ -251,9 +252,10 @@ class Batcher {
   // pass and its entries feed FeedBack.
   Step PassStep();
   // Speculation (batcher_spec.cc): the drafts s feeds after its pending token
-  // this step (base_rows: rows already planned), and the rows' draws.
+  // this step (plain_rows: the step's decoding sequences; base_rows: rows already planned, this
+  // sequence's pending token included), and the rows' draws.
   // allowed: the drafters auto may use this step (the DraftGuard's verdict); forced tokens always are.
-  std::vector<int32_t> Drafts(Seq& s, int64_t base_rows, AllowedDrafters allowed);
+  std::vector<int32_t> Drafts(Seq& s, int64_t plain_rows, int64_t base_rows, AllowedDrafters allowed);
   // Draws row `row` of s's verify; the token, or -1 when s ends with it (*ended
   // says why: stop / length; *error set on a constraint violation).
   struct DrawCtx {
@@ -281,6 +283,7 @@ class Batcher {
   bool passes_on_ = false;      // config_.prefill_pass_rows > 0 and the model runs passes
   std::unique_ptr<PassRun> pass_;  // loop thread (Admit abandons it under mu_)
   DepthChooser step_cost_;  // loop thread: step seconds by rows (auto's cost side)
+  AutoChoosers pooled_choosers_;  // loop thread: every sequence's acceptance, each new sequence's prior
   DraftGuard draft_guard_;  // loop thread: auto's check of realized seconds per token, drafted vs plain
   // loop thread: the last step, observed at the next one's start (its whole loop period is its cost)
   struct GuardPending {
@@ -291,6 +294,7 @@ class Batcher {
     DraftSource drafter = DraftSource::kNone;
     int64_t produced = 0;
     double draft_seconds = 0;
+    int64_t drafting = 0;
   } guard_pending_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rate_window_;
   std::thread thread_;

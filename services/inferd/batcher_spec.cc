@@ -8,7 +8,7 @@
 
 namespace moe::inferd {
 
-std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows, AllowedDrafters allowed) {
+std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t plain_rows, int64_t base_rows, AllowedDrafters allowed) {
   const SpecOptions& o = config_.spec;
   s.used = DraftSource::kNone;
   if (o.mode == SpecMode::kOff || !model_->can_rollback()) return {};
@@ -36,7 +36,8 @@ std::vector<int32_t> Batcher::Drafts(Seq& s, int64_t base_rows, AllowedDrafters 
     mtp = [&](int kk) { return model_->DraftMtp(*s.state, s.fed, s.pending, kk); };
   }
   if (allowed.mtp && s.generated.size() > 1 && model_->MtpBehind(*s.state) > kMaxMtpCatchUp) allowed.mtp = false;
-  auto got = ProposeDrafts(o.mode, room, history, mtp, s.choosers, step_cost_, base_rows - 1, &s.used, allowed);
+  auto got = ProposeDrafts(o.mode, room, history, mtp, s.choosers, step_cost_, plain_rows, base_rows - 1, &s.used,
+                          allowed);
   if (!got.ok()) {
     // A failed draft costs the sequence its drafts for this step, never its output.
     MOE_LOG(WARNING) << "drafts for " << s.req.id << ": " << got.status();

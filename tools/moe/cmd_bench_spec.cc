@@ -180,7 +180,7 @@ absl::StatusOr<Result> Planted(Engine& e, const std::vector<int32_t>& prompt, co
   while (static_cast<int64_t>(r.tokens.size()) < n) {
     const int room = static_cast<int>(std::min<int64_t>(c.k, n - static_cast<int64_t>(r.tokens.size()) - 1));
     int k = c.mode == SpecMode::kOff    ? 0
-            : c.mode == SpecMode::kAuto ? (guard.Allow(1, DraftSource::kMtp) ? chooser.Choose(room, 1) : 0)
+            : c.mode == SpecMode::kAuto ? (guard.Allow(1, DraftSource::kMtp) ? chooser.Choose(room, 1, 0) : 0)
                                         : room;
     k = std::max(0, std::min(k, room));
     std::vector<int32_t> rows = {ref[pos]};
@@ -205,7 +205,7 @@ absl::StatusOr<Result> Planted(Engine& e, const std::vector<int32_t>& prompt, co
     }
     cache.Truncate(P0 + 1 + accepted);
     const double secs = Since(s0);
-    chooser.ObserveStep(1 + k, secs);
+    chooser.ObserveStep(1, 1 + k, secs);
     if (k > 0) chooser.ObserveAcceptance(k, accepted);
     guard.Observe(1, k > 0 ? DraftSource::kMtp : DraftSource::kNone, 1 + accepted, secs);
     r.spec.Record(k, accepted, 1 + accepted);
