@@ -2,7 +2,7 @@
 // logic lives in common/expertstore (ExpertStore) and ExpertdService.
 //
 //   expertd --model CONTAINER_DIR | --manifest FILE  --socket /run/moe/expertd.sock
-//           --budget 12G | --plan PLAN.json  [--top-k 8] [--queue-depth 8] [--io auto|uring|pread]
+//           --budget 12G | --plan PLAN.json  [--top-k K] [--queue-depth 8] [--io auto|uring|pread]
 //           [--heat-file FILE] [--metrics-addr 127.0.0.1:9464]
 //
 // Listens only on a unix socket (gRPC) plus SOCKET.session (fd passing and
@@ -22,6 +22,7 @@
 #include "common/expertstore/container_locator.h"
 #include "common/expertstore/record_locator.h"
 #include "common/expertstore/store.h"
+#include "common/format/model_config.h"
 #include "common/format/serving_plan.h"
 #include "services/expertd/expertd_service.h"
 #include "services/expertd/metrics.h"
@@ -49,7 +50,9 @@ int Main(int argc, char** argv) {
   flags.AddString("plan", &plan_file,
                   "a serving plan of --model (moe plan --expertd ... --out FILE): its expert cache is the budget, its "
                   "top-k and workers set --top-k and the sessions it needs");
-  flags.AddInt("top-k", &top_k, "experts per layer per token; the budget must hold one layer's top-k");
+  flags.AddInt("top-k", &top_k,
+               "experts per layer per token; the budget must hold one layer's top-k (default: --model's "
+               "num_experts_per_tok, else 8)");
   flags.AddInt("queue-depth", &qd, "reads in flight");
   flags.AddBytes("chunk", &chunk, "bytes per read request (records are split into chunks)");
   flags.AddInt("spec-inflight", &spec_inflight,
@@ -91,6 +94,12 @@ int Main(int argc, char** argv) {
                                                           plan->workers, " workers")));
     MOE_LOG(INFO) << "expertd: serving plan " << plan_file << ": expert cache " << budget << " B, top-" << top_k
                   << ", " << plan->workers << " worker(s)";
+  }
+  if (plan_file.empty() && !model_dir.empty() && !flags.WasSet("top-k")) {
+    // The model's own top-k: a fixed 8 refused budgets that hold a top-4 model's working set.
+    auto config = LoadModelConfig(model_dir);
+    if (!config.ok()) return Fail(Annotate(config.status(), "--model"));
+    if (config->num_experts_per_tok > 0) top_k = config->num_experts_per_tok;
   }
   if (budget == 0) return Fail(absl::InvalidArgumentError("--budget is required (e.g. --budget 12G), or --plan"));
   if (top_k < 1 || max_sessions < 1 || max_sessions > 4096)
